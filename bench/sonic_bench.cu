@@ -1,0 +1,308 @@
+// The device benchmark of ../shared/BENCH.md for this library: single-step sampling over
+// B x V x dtype x case, CUDA-graph replay (mean per call) and eager launches (median), inputs
+// rotated through >= 256 MiB so that no call finds its logits in L2, every configuration checked
+// against the CPU reference before it is timed. One JSON object a line on --out.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/random.hpp"
+#include "ref/reference.hpp"
+#include "sonic/sonic.hpp"
+
+namespace {
+
+#define CHECK_CUDA(x)                                                                   \
+  do {                                                                                  \
+    cudaError_t e_ = (x);                                                               \
+    if (e_ != cudaSuccess) {                                                            \
+      std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
+      std::exit(1);                                                                     \
+    }                                                                                   \
+  } while (0)
+
+constexpr double kReadBandwidth = 4.33e12;  // H200 read-only reduction, ANCHORS.md
+constexpr size_t kRotateBytes = 256ull << 20;
+
+// Logits: peaked = 3 N(0,1) + 10 on 5 tokens a row; flat = N(0,1). Box-Muller on Philox words.
+template <class T>
+__global__ void fill_logits(T* out, int64_t rows, int32_t V, bool peaked, uint64_t seed) {
+  const int64_t n = rows * V;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += gridDim.x * static_cast<int64_t>(blockDim.x)) {
+    const sonic::detail::Philox4 w = sonic::detail::random_block(seed, 0, 7, static_cast<uint32_t>(i));
+    const float u1 = sonic::detail::uniform_from_word(w.v[0]), u2 = sonic::detail::uniform_from_word(w.v[1]);
+    float x = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+    if (peaked) {
+      x *= 3.0f;
+      const int32_t t = static_cast<int32_t>(i % V);
+      const uint32_t r = static_cast<uint32_t>(i / V);
+      for (uint32_t k = 0; k < 5; ++k)
+        if (static_cast<int32_t>(sonic::detail::random_word(seed, r, 9, k) % V) == t) x += 10.0f;
+    }
+    if constexpr (sizeof(T) == 4) out[i] = x;
+    else out[i] = __float2bfloat16(x);
+  }
+}
+
+struct Case {
+  std::string name;
+  bool peaked;
+  bool hetero;
+};
+
+struct Args {
+  std::string out = "bench.jsonl";
+  std::string commit = "unknown";
+  std::string date = "unknown";
+  std::vector<int> batches = {1, 8, 32, 64, 128, 256, 512};
+  std::vector<int> vocabs = {128256, 151936, 262144};
+  std::vector<std::string> dtypes = {"fp32", "bf16"};
+  std::vector<std::string> cases = {"homog-peaked", "homog-flat", "hetero-peaked", "hetero-flat"};
+  int graph_replays = 20;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t a = 0;
+  while (a <= s.size()) {
+    const size_t b = s.find(',', a);
+    out.push_back(s.substr(a, b == std::string::npos ? std::string::npos : b - a));
+    if (b == std::string::npos) break;
+    a = b + 1;
+  }
+  return out;
+}
+
+// Per-row parameters of a case (BENCH.md): homogeneous T 0.7 / top-k 50 / top-p 0.9; heterogeneous:
+// a quarter greedy, the rest mixed top-k / top-p / min-p, half with penalties over 1000 history
+// tokens, a logit bias of 20 tokens; a grammar bitmask (random half of the vocabulary) on a quarter.
+sonic::RequestParams row_params(const Case& c, int r, int32_t V, std::mt19937_64& rng, std::vector<int32_t>* prompt) {
+  sonic::RequestParams p;
+  p.seed = 1000 + r;
+  prompt->clear();
+  if (!c.hetero) {
+    p.temperature = 0.7f;
+    p.top_k = 50;
+    p.top_p = 0.9f;
+    return p;
+  }
+  switch (r % 4) {
+    case 0: p.temperature = 0.0f; break;
+    case 1: p.temperature = 0.7f; p.top_k = 50; p.top_p = 0.9f; break;
+    case 2: p.temperature = 1.0f; p.top_k = 20; p.min_p = 0.05f; break;
+    default: p.temperature = 0.8f; p.top_k = 100; p.top_p = 0.95f; p.top_p_joint = true; break;
+  }
+  if (r % 2 == 1) {
+    p.repetition_penalty = 1.1f;
+    p.frequency_penalty = 0.2f;
+    p.presence_penalty = 0.1f;
+    for (int i = 0; i < 1000; ++i) prompt->push_back(static_cast<int32_t>(rng() % V));
+  }
+  std::vector<char> used(V, 0);
+  while (p.logit_bias.size() < 20) {
+    const int32_t t = static_cast<int32_t>(rng() % V);
+    if (used[t]) continue;
+    used[t] = 1;
+    p.logit_bias.push_back({t, 2.0f});
+  }
+  return p;
+}
+
+double percentile_median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+void emit(FILE* f, const Args& a, const std::string& impl, const std::string& cs, int B, int32_t V, const std::string& dtype,
+          const char* mode, double us, double floor_us, const std::string& gpu) {
+  std::fprintf(f,
+               "{\"suite\": \"sample\", \"impl\": \"%s\", \"case\": \"%s\", \"B\": %d, \"V\": %d, \"dtype\": \"%s\", "
+               "\"mode\": \"%s\", \"us\": %.2f, \"floor_us\": %.2f, \"gpu\": \"%s\", \"commit\": \"%s\", \"date\": \"%s\"}\n",
+               impl.c_str(), cs.c_str(), B, V, dtype.c_str(), mode, us, floor_us, gpu.c_str(), a.commit.c_str(), a.date.c_str());
+  std::fflush(f);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--out") a.out = v;
+    else if (k == "--commit") a.commit = v;
+    else if (k == "--date") a.date = v;
+    else if (k == "--B") { a.batches.clear(); for (auto& s : split(v)) a.batches.push_back(std::stoi(s)); }
+    else if (k == "--V") { a.vocabs.clear(); for (auto& s : split(v)) a.vocabs.push_back(std::stoi(s)); }
+    else if (k == "--dtype") a.dtypes = split(v);
+    else if (k == "--case") a.cases = split(v);
+    else { std::fprintf(stderr, "unknown option %s\n", k.c_str()); return 2; }
+  }
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  const std::string gpu = prop.name;
+  FILE* out = std::fopen(a.out.c_str(), "a");
+  if (!out) { std::perror(a.out.c_str()); return 1; }
+  std::printf("%-14s %-5s %7s %4s %10s %10s %9s %7s  %s\n", "case", "dtype", "V", "B", "graph_us", "eager_us", "floor_us", "%floor", "check");
+  const int maxB = *std::max_element(a.batches.begin(), a.batches.end());
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  int failures = 0;
+
+  for (int32_t V : a.vocabs) {
+    sonic::SamplerConfig cfg;
+    cfg.backend = sonic::Backend::kCuda;
+    cfg.vocab_size = V;
+    cfg.max_slots = maxB;
+    cfg.max_rows = maxB;
+    cfg.max_history = 4096;
+    sonic::Sampler sampler(cfg);
+    for (const std::string& dtype : a.dtypes) {
+      const size_t elem = dtype == "fp32" ? 4 : 2;
+      for (const std::string& cname : a.cases) {
+        const Case c{cname, cname.find("peaked") != std::string::npos, cname.find("hetero") != std::string::npos};
+        for (int B : a.batches) {
+          // Requests.
+          std::mt19937_64 rng(B * 7919 + V);
+          std::vector<sonic::RequestParams> params(B);
+          std::vector<std::vector<int32_t>> prompts(B);
+          for (int r = 0; r < B; ++r) {
+            params[r] = row_params(c, r, V, rng, &prompts[r]);
+            sampler.admit(r, params[r], prompts[r].data(), static_cast<int64_t>(prompts[r].size()));
+          }
+          // Rotating inputs, >= 256 MiB in all.
+          const size_t bytes = static_cast<size_t>(B) * V * elem;
+          const int nbuf = static_cast<int>(std::max<size_t>(2, (kRotateBytes + bytes - 1) / bytes));
+          char* logits;
+          CHECK_CUDA(cudaMalloc(&logits, bytes * nbuf));
+          for (int i = 0; i < nbuf; ++i) {
+            if (elem == 4) fill_logits<<<1024, 256>>>(reinterpret_cast<float*>(logits + i * bytes), B, V, c.peaked, 77 + i);
+            else fill_logits<<<1024, 256>>>(reinterpret_cast<__nv_bfloat16*>(logits + i * bytes), B, V, c.peaked, 77 + i);
+          }
+          CHECK_CUDA(cudaGetLastError());
+          int32_t *slots, *tokens, *status, *mask = nullptr, *mask_index = nullptr;
+          CHECK_CUDA(cudaMalloc(&slots, B * 4));
+          CHECK_CUDA(cudaMalloc(&tokens, B * 4));
+          CHECK_CUDA(cudaMalloc(&status, B * 4));
+          std::vector<int32_t> h_slots(B);
+          for (int r = 0; r < B; ++r) h_slots[r] = r;
+          CHECK_CUDA(cudaMemcpy(slots, h_slots.data(), B * 4, cudaMemcpyHostToDevice));
+          const int32_t words = (V + 31) / 32;
+          std::vector<int32_t> h_mask, h_mask_index(B, -1);
+          sonic::BitmaskView bm;
+          if (c.hetero) {
+            h_mask.resize(static_cast<size_t>(B) * words);
+            for (auto& w : h_mask) w = static_cast<int32_t>(rng());
+            for (int r = 0; r < B; ++r) h_mask_index[r] = r % 4 == 2 ? r : -1;
+            CHECK_CUDA(cudaMalloc(&mask, h_mask.size() * 4));
+            CHECK_CUDA(cudaMalloc(&mask_index, B * 4));
+            CHECK_CUDA(cudaMemcpy(mask, h_mask.data(), h_mask.size() * 4, cudaMemcpyHostToDevice));
+            CHECK_CUDA(cudaMemcpy(mask_index, h_mask_index.data(), B * 4, cudaMemcpyHostToDevice));
+            bm = sonic::BitmaskView{mask, B, words, words, mask_index};
+          }
+          const sonic::DType dt = elem == 4 ? sonic::DType::kF32 : sonic::DType::kBF16;
+          auto view = [&](int i) { return sonic::LogitsView{logits + i * bytes, dt, B, V, V}; };
+          sonic::SampleOutputs o;
+          o.tokens = tokens;
+          o.status = status;
+          sonic::CallOptions opt;
+          opt.stream = stream;
+          opt.append_to_history = false;  // the timed state stays the checked state
+
+          // Check: the first rows against the CPU reference (same step), all tokens in range.
+          std::string check = "ok";
+          {
+            const int nref = std::min(B, 3);
+            std::vector<uint64_t> steps(nref);
+            for (int r = 0; r < nref; ++r) steps[r] = sampler.step(r);
+            sampler.sample(view(0), slots, bm, o, opt);
+            CHECK_CUDA(cudaStreamSynchronize(stream));
+            std::vector<int32_t> got(B), st(B);
+            CHECK_CUDA(cudaMemcpy(got.data(), tokens, B * 4, cudaMemcpyDeviceToHost));
+            CHECK_CUDA(cudaMemcpy(st.data(), status, B * 4, cudaMemcpyDeviceToHost));
+            std::vector<char> host(static_cast<size_t>(nref) * V * elem);
+            CHECK_CUDA(cudaMemcpy(host.data(), logits, host.size(), cudaMemcpyDeviceToHost));
+            int bad = 0, mism = 0;
+            for (int r = 0; r < B; ++r) bad += got[r] < 0 || got[r] >= V || st[r] != 0;
+            for (int r = 0; r < nref; ++r) {
+              const std::vector<float> x = sonic::ref::row_to_float(host.data() + static_cast<size_t>(r) * V * elem, dt, V);
+              const sonic::ref::TokenCounts counts = sonic::ref::count_tokens(prompts[r], {});
+              const int32_t* mrow = c.hetero && h_mask_index[r] >= 0 ? h_mask.data() + static_cast<size_t>(r) * words : nullptr;
+              const sonic::ref::RowContext ctx{&params[r], &counts, mrow, V, steps[r], 0};
+              mism += sonic::ref::sample_row(x.data(), ctx, sonic::LogprobMode::kRaw).token != got[r];
+            }
+            if (bad || mism > 1) {
+              check = "FAILED(" + std::to_string(bad) + " bad, " + std::to_string(mism) + " ref mismatches)";
+              ++failures;
+            } else if (mism) {
+              check = "ok (1 near-tie)";
+            }
+          }
+
+          double graph_us = 0.0, eager_us = 0.0;
+          if (check.rfind("ok", 0) == 0) {
+            // Graph: one capture of nbuf calls (each on its own buffer), replayed.
+            cudaGraph_t graph;
+            cudaGraphExec_t exec;
+            CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+            for (int i = 0; i < nbuf; ++i) sampler.sample(view(i), slots, bm, o, opt);
+            CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+            CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+            CHECK_CUDA(cudaGraphLaunch(exec, stream));  // warm-up
+            cudaEvent_t e0, e1;
+            CHECK_CUDA(cudaEventCreate(&e0));
+            CHECK_CUDA(cudaEventCreate(&e1));
+            const int replays = std::max(2, a.graph_replays * 64 / nbuf);
+            CHECK_CUDA(cudaEventRecord(e0, stream));
+            for (int k = 0; k < replays; ++k) CHECK_CUDA(cudaGraphLaunch(exec, stream));
+            CHECK_CUDA(cudaEventRecord(e1, stream));
+            CHECK_CUDA(cudaEventSynchronize(e1));
+            float ms = 0;
+            CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+            graph_us = 1000.0 * ms / (static_cast<double>(replays) * nbuf);
+            // Eager: median of 100 single calls after 25 warm-ups.
+            std::vector<float> times;
+            for (int k = 0; k < 125; ++k) {
+              CHECK_CUDA(cudaEventRecord(e0, stream));
+              sampler.sample(view(k % nbuf), slots, bm, o, opt);
+              CHECK_CUDA(cudaEventRecord(e1, stream));
+              CHECK_CUDA(cudaEventSynchronize(e1));
+              CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+              if (k >= 25) times.push_back(1000.0f * ms);
+            }
+            eager_us = percentile_median(times);
+            cudaGraphExecDestroy(exec);
+            cudaGraphDestroy(graph);
+            cudaEventDestroy(e0);
+            cudaEventDestroy(e1);
+          }
+          const double floor_us = 1e6 * static_cast<double>(bytes) / kReadBandwidth;
+          std::printf("%-14s %-5s %7d %4d %10.2f %10.2f %9.2f %6.0f%%  %s\n", cname.c_str(), dtype.c_str(), V, B, graph_us,
+                      eager_us, floor_us, graph_us > 0 ? 100.0 * floor_us / graph_us : 0.0, check.c_str());
+          std::fflush(stdout);
+          if (graph_us > 0) {
+            emit(out, a, "sonic", cname, B, V, dtype, "graph", graph_us, floor_us, gpu);
+            emit(out, a, "sonic", cname, B, V, dtype, "eager", eager_us, floor_us, gpu);
+          }
+          cudaFree(logits);
+          cudaFree(slots);
+          cudaFree(tokens);
+          cudaFree(status);
+          cudaFree(mask);
+          cudaFree(mask_index);
+          for (int r = 0; r < B; ++r) sampler.retire(r);
+        }
+      }
+    }
+  }
+  std::fclose(out);
+  std::printf("sonic_bench: %d configuration(s) failed their check\n", failures);
+  return failures ? 1 : 0;
+}

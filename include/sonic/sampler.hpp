@@ -1,0 +1,55 @@
+// The sampler: a slot-based request table plus the two calls of SPEC.md, single-step sampling and
+// speculative-draft verification, on the backend chosen at creation.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "error.hpp"
+#include "types.hpp"
+
+namespace sonic {
+
+class SamplerBackend;  // implemented per backend, internal
+
+class Sampler {
+ public:
+  // Allocates every buffer the sampler will use; throws sonic::Error on a bad config.
+  explicit Sampler(const SamplerConfig& config);
+  ~Sampler();
+  Sampler(Sampler&&) noexcept;
+  Sampler& operator=(Sampler&&) noexcept;
+  Sampler(const Sampler&) = delete;
+  Sampler& operator=(const Sampler&) = delete;
+
+  const SamplerConfig& config() const;
+  Backend backend() const;  // the backend actually in use (never kAuto)
+
+  // Request table. admit() validates params and stores them with the prompt as history;
+  // retire() frees the slot. Both are host calls, ordered on the given stream for CUDA.
+  void admit(int32_t slot, const RequestParams& params, const int32_t* prompt,
+             int64_t prompt_len, void* stream = nullptr);
+  void retire(int32_t slot, void* stream = nullptr);
+  // Adds host tokens to a slot's output history (the sample/verify calls do it themselves unless
+  // CallOptions::append_to_history is false).
+  void append_output(int32_t slot, const int32_t* tokens, int64_t count, void* stream = nullptr);
+  // The slot's current step counter (copied back for CUDA: a synchronising call, not for steps).
+  uint64_t step(int32_t slot) const;
+
+  // Single-step mode: row r of logits belongs to slot slots[r] (row r itself when slots is null).
+  // Arrays live where the backend works (host for CPU, device for CUDA).
+  void sample(const LogitsView& logits, const int32_t* slots, const BitmaskView& bitmask,
+              const SampleOutputs& out, const CallOptions& options = {});
+
+  // Verification mode (SPEC.md section 3); logits holds the packed target rows.
+  void verify(const LogitsView& logits, const VerifyInputs& in, const BitmaskView& bitmask,
+              const VerifyOutputs& out, const CallOptions& options = {});
+
+ private:
+  std::unique_ptr<SamplerBackend> impl_;
+};
+
+// True when this build has the CUDA backend and a usable GPU is present.
+bool cuda_available();
+
+}  // namespace sonic

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# One full call on the GPU machine: build (CUDA for sm_90), GPU tests, compute-sanitizer, and the
+# benchmark when asked. Run through the device tool from the repo root, with .deps carried:
+#   scripts/device_check.sh [tests] [sanitize] [bench]     (default: tests sanitize)
+# Logs land in $OUT (or ./out when OUT is unset).
+set -uo pipefail
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+steps=${*:-tests sanitize}
+log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
+gtest=()
+[ -d .deps/googletest ] && gtest=(-DSONIC_GTEST_SOURCE_DIR="$PWD/.deps/googletest")
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DSONIC_BUILD_TOOLS=OFF \
+  "${gtest[@]}" >"$OUT/configure.log" 2>&1 || { log "configure FAILED"; tail -30 "$OUT/configure.log"; exit 1; }
+targets=(--target sonic_gpu_tests)
+[[ " $steps " == *" bench "* ]] && targets+=(--target sonic_bench)
+[[ " $steps " == *" all "* ]] && targets=()
+cmake --build build-gpu -j16 "${targets[@]}" >"$OUT/build.log" 2>&1 || { log "build FAILED"; grep -E "error" "$OUT/build.log" | head -40; exit 1; }
+log "build ok"
+
+rc=0
+if [[ " $steps " == *" tests "* ]]; then
+  build-gpu/tests/sonic_gpu_tests >"$OUT/gpu_tests.log" 2>&1; r=$?
+  log "gpu tests rc=$r: $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/gpu_tests.log" | head -2 | tr '\n' ' ')"
+  grep -E "near-tie|disagreements" "$OUT/gpu_tests.log" | head -40
+  [ $r -ne 0 ] && { grep -E -A6 "Failure|error" "$OUT/gpu_tests.log" | head -80; rc=1; }
+fi
+if [[ " $steps " == *" sanitize "* ]]; then
+  filter=${SONIC_SANITIZE_FILTER:-SharedRulesDevice.*:CudaBadRows.*:AllShapes/CudaAgreement.*/V1000_*}
+  for tool in memcheck racecheck initcheck synccheck; do
+    compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/sonic_gpu_tests \
+      --gtest_filter="$filter" >"$OUT/sanitize_$tool.log" 2>&1; r=$?
+    log "compute-sanitizer $tool rc=$r: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"
+    [ $r -ne 0 ] && rc=1
+  done
+fi
+if [[ " $steps " == *" bench "* ]]; then
+  commit=$(git rev-parse --short HEAD 2>/dev/null || echo uncommitted)
+  git diff --quiet HEAD 2>/dev/null || commit="$commit+dirty"
+  day=$(date -u +%F)
+  build-gpu/bench/sonic_bench --out "$OUT/h200.jsonl" --commit "$commit" --date "$day" ${SONIC_BENCH_ARGS:-} \
+    2>&1 | tee "$OUT/bench.log" | tail -200; r=${PIPESTATUS[0]}
+  log "sonic_bench rc=$r: $(tail -1 "$OUT/bench.log")"
+  [ $r -ne 0 ] && rc=1
+  PYTHONUNBUFFERED=1 python3 bench/baselines.py --out "$OUT/h200.jsonl" --commit "$commit" --date "$day" \
+    ${SONIC_BASELINE_ARGS:-} 2>&1 | tee "$OUT/baselines.log" | tail -60
+  log "baselines rc=${PIPESTATUS[0]}"
+  python3 bench/plot.py "$OUT/h200.jsonl" "$OUT/h200.png" --commit "$commit" >>"$OUT/summary.txt" 2>&1
+fi
+cat "$OUT/summary.txt"
+exit $rc

@@ -1,0 +1,122 @@
+// The per-token rules of SPEC.md section 2, steps 1-5, and the packed sort key: one definition for
+// the CPU reference, the CUDA kernels and the fused LM-head epilogue.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "hd.hpp"
+#include "sonic/types.hpp"
+
+namespace sonic::detail {
+
+SONIC_HD float bits_to_float(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+#endif
+}
+
+SONIC_HD uint32_t float_to_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+#endif
+}
+
+SONIC_HD float neg_inf() { return bits_to_float(0xFF800000u); }
+SONIC_HD float pos_inf() { return bits_to_float(0x7F800000u); }
+
+SONIC_HD float bf16_to_float(uint16_t h) { return bits_to_float(static_cast<uint32_t>(h) << 16); }
+
+// IEEE binary16 -> binary32, exact (every half is a float), subnormals and NaN included.
+SONIC_HD float fp16_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1Fu;
+  uint32_t man = h & 0x3FFu;
+  if (exp == 0x1Fu) return bits_to_float(sign | 0x7F800000u | (man << 13));
+  if (exp == 0) {
+    if (man == 0) return bits_to_float(sign);
+    exp = 1;  // subnormal: normalise
+    while ((man & 0x400u) == 0) {
+      man <<= 1;
+      --exp;
+    }
+    man &= 0x3FFu;
+    return bits_to_float(sign | ((exp + 112u) << 23) | (man << 13));
+  }
+  return bits_to_float(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+SONIC_HD float load_logit(const void* row, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kBF16:
+      return bf16_to_float(static_cast<const uint16_t*>(row)[i]);
+    case DType::kF16:
+      return fp16_to_float(static_cast<const uint16_t*>(row)[i]);
+    case DType::kF32:
+    default:
+      return static_cast<const float*>(row)[i];
+  }
+}
+
+SONIC_HD bool is_nan(float x) { return x != x; }
+
+// Step 1 for the grammar bitmask: bit (t % 32) of word t / 32.
+SONIC_HD bool bitmask_allows(const int32_t* mask_row, int32_t t) {
+  return (static_cast<uint32_t>(mask_row[t >> 5]) >> (t & 31)) & 1u;
+}
+
+// Penalty parameters of one request (steps 3-4).
+struct Penalties {
+  float repetition = 1.0f;
+  float frequency = 0.0f;
+  float presence = 0.0f;
+};
+
+// Steps 2-4 for one unmasked token. x: the logit after step 1 (NaN already -inf).
+// in_repetition_scope: the token occurs in the repetition scope; count: its occurrences in the
+// counting scope. A NaN the arithmetic makes (inf - inf) becomes -inf like an input NaN.
+SONIC_HD float adjust_logit(float x, float bias, bool in_repetition_scope, int32_t count,
+                            const Penalties& pen) {
+  x = add_rn(x, bias);
+  if (in_repetition_scope && pen.repetition != 1.0f)
+    x = x > 0.0f ? div_rn(x, pen.repetition) : mul_rn(x, pen.repetition);
+  if (count > 0) {
+    x = sub_rn(x, mul_rn(pen.frequency, static_cast<float>(count)));
+    x = sub_rn(x, pen.presence);
+  }
+  return is_nan(x) ? neg_inf() : x;
+}
+
+// Step 5.
+SONIC_HD float apply_temperature(float x, float temperature) { return div_rn(x, temperature); }
+
+// Monotone map of a float to an unsigned key (larger float, larger key); -0 and +0 are equal.
+SONIC_HD uint32_t order_bits(float z) {
+  if (z == 0.0f) z = 0.0f;
+  const uint32_t b = float_to_bits(z);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+SONIC_HD float order_bits_to_float(uint32_t k) {
+  return bits_to_float((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k);
+}
+
+// The total order of steps 7-8 as one integer: z descending, then token id ascending. A larger
+// key comes first. Keeps the full fp32 value (a truncated key would change the kept set).
+SONIC_HD uint64_t pack_key(float z, int32_t id) {
+  return (static_cast<uint64_t>(order_bits(z)) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(id));
+}
+SONIC_HD float key_value(uint64_t key) { return order_bits_to_float(static_cast<uint32_t>(key >> 32)); }
+SONIC_HD int32_t key_token(uint64_t key) {
+  return static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(key));
+}
+
+}  // namespace sonic::detail

@@ -1,0 +1,67 @@
+// Block-wide exact selection: the k-th largest packed key (by count), or the largest key at which
+// the cumulative weight in key order reaches a target (by mass). Most significant digit first, 8
+// bits a pass, histogram in shared memory, the bucket found by a block scan. Integer atomics only,
+// so the answer never depends on the order in which threads add.
+#pragma once
+
+#include <cub/block/block_scan.cuh>
+
+#include <cstdint>
+
+namespace sonic::cuda {
+
+template <int BLOCK>
+struct BlockSelect {
+  static_assert(BLOCK >= 256, "one thread per histogram bin");
+  static constexpr int kBins = 256;
+  using Scan = cub::BlockScan<unsigned long long, BLOCK>;
+
+  struct Storage {
+    typename Scan::TempStorage scan;
+    unsigned long long hist[kBins];
+    unsigned long long prefix;
+    unsigned long long remaining;
+  };
+
+  // Over t in [0, n): key_of(t) (0 excludes t; nonzero keys are distinct) weighted by weight_of(t).
+  // Returns the largest key c with sum_{key >= c} weight >= k; requires 1 <= k <= total weight.
+  template <class KeyFn, class WeightFn>
+  static __device__ unsigned long long select_desc(int32_t n, unsigned long long k, KeyFn key_of,
+                                                   WeightFn weight_of, Storage& s) {
+    if (threadIdx.x == 0) {
+      s.prefix = 0;
+      s.remaining = k;
+    }
+    unsigned long long mask = 0;
+    for (int shift = 56; shift >= 0; shift -= 8) {
+      for (int b = threadIdx.x; b < kBins; b += BLOCK) s.hist[b] = 0;
+      __syncthreads();
+      const unsigned long long prefix = s.prefix, remaining = s.remaining;
+      for (int32_t t = threadIdx.x; t < n; t += BLOCK) {
+        const unsigned long long key = key_of(t);
+        if (key == 0 || (key & mask) != prefix) continue;
+        const unsigned long long w = weight_of(t);
+        if (w) atomicAdd(&s.hist[(key >> shift) & 0xFF], w);
+      }
+      __syncthreads();
+      // Thread i looks at bucket 255 - i: an inclusive scan gives the weight at or above it.
+      const int i = threadIdx.x;
+      const unsigned long long v = i < kBins ? s.hist[kBins - 1 - i] : 0;
+      unsigned long long incl;
+      Scan(s.scan).InclusiveSum(v, incl);
+      const unsigned long long excl = incl - v;
+      const bool last = i == kBins - 1;
+      if (i < kBins && excl < remaining && (incl >= remaining || last)) {
+        s.prefix = prefix | (static_cast<unsigned long long>(kBins - 1 - i) << shift);
+        s.remaining = remaining - excl;
+      }
+      mask |= 0xFFull << shift;
+      __syncthreads();
+    }
+    const unsigned long long result = s.prefix;
+    __syncthreads();
+    return result;
+  }
+};
+
+}  // namespace sonic::cuda

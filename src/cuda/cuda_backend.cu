@@ -1,0 +1,128 @@
+// The CUDA backend: the request table and workspace on the device, every step a fixed sequence of
+// launches on the caller's stream (no host synchronisation, no allocation: CUDA-Graph capturable).
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/row_job.cuh"
+#include "cuda/slot_table.hpp"
+#include "host/backend.hpp"
+#include "host/validate.hpp"
+
+namespace sonic {
+namespace {
+
+// Arrays handed to the CUDA backend must be reachable from the device.
+void require_device(const void* ptr, const char* name) {
+  if (!ptr) return;
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+    cudaGetLastError();
+    attr.type = cudaMemoryTypeUnregistered;
+  }
+  if (attr.type == cudaMemoryTypeUnregistered || attr.type == cudaMemoryTypeHost)
+    detail::invalid_argument(name, "a host pointer", "the CUDA backend needs device memory");
+}
+
+class CudaBackend final : public SamplerBackend {
+ public:
+  explicit CudaBackend(const SamplerConfig& config) : SamplerBackend(config), table_(config) {
+    const size_t rows = static_cast<size_t>(config.max_rows);
+    tiles_ = (config.vocab_size + cuda::kTile - 1) / cuda::kTile;
+    SONIC_CUDA_CHECK(cudaMalloc(&z_, rows * config.vocab_size * sizeof(float)));
+    SONIC_CUDA_CHECK(cudaMalloc(&stats_, rows * tiles_ * sizeof(cuda::TileStat)));
+    SONIC_CUDA_CHECK(cudaMalloc(&cands_, rows * tiles_ * cuda::kCandidateCap * sizeof(unsigned long long)));
+    SONIC_CUDA_CHECK(cudaMalloc(&exact_flags_, rows * sizeof(int32_t)));
+  }
+  ~CudaBackend() override {
+    cudaFree(z_);
+    cudaFree(stats_);
+    cudaFree(cands_);
+    cudaFree(exact_flags_);
+  }
+
+  Backend kind() const override { return Backend::kCuda; }
+
+  void admit(int32_t slot, const RequestParams& params, const int32_t* prompt, int64_t prompt_len,
+             void* stream) override {
+    table_.admit(slot, params, prompt, prompt_len, static_cast<cudaStream_t>(stream));
+  }
+  void retire(int32_t slot, void* stream) override {
+    table_.retire(slot, static_cast<cudaStream_t>(stream));
+  }
+  void append_output(int32_t slot, const int32_t* tokens, int64_t count, void* stream) override {
+    table_.append_output(slot, tokens, count, static_cast<cudaStream_t>(stream));
+  }
+  uint64_t step(int32_t slot) const override { return table_.step(slot, nullptr); }
+
+  void sample(const LogitsView& logits, const int32_t* slots, const BitmaskView& bitmask,
+              const SampleOutputs& out, const CallOptions& options) override {
+    require_device(logits.data, "logits.data");
+    require_device(slots, "slots");
+    require_device(bitmask.data, "bitmask.data");
+    require_device(bitmask.row_index, "bitmask.row_index");
+    require_device(out.tokens, "out.tokens");
+    require_device(out.status, "out.status");
+    require_device(out.logprob, "out.logprob");
+    require_device(out.rank, "out.rank");
+    require_device(out.top_ids, "out.top_ids");
+    require_device(out.top_logprobs, "out.top_logprobs");
+    require_device(out.final_ids, "out.final_ids");
+    require_device(out.final_probs, "out.final_probs");
+    require_device(out.final_count, "out.final_count");
+
+    cuda::RowJob job{};
+    job.logits = logits.data;
+    job.dtype = logits.dtype;
+    job.row_stride = logits.row_stride;
+    job.rows = static_cast<int32_t>(logits.rows);
+    job.slots = slots;
+    job.bitmask = bitmask.data;
+    job.bitmask_rows = bitmask.rows;
+    job.bitmask_stride = bitmask.row_stride;
+    job.bitmask_index = bitmask.row_index;
+    job.table = table_.view();
+    job.z = z_;
+    job.fast = cuda::FastScratch{stats_, cands_, exact_flags_, tiles_};
+    job.out = cuda::RowOutputs{out.tokens,     out.status,       out.logprob,     out.rank,
+                               out.top_ids,    out.top_logprobs, out.top_stride,  out.final_ids,
+                               out.final_probs, out.final_count, out.final_stride, config_.max_final_entries};
+    job.mode = options.logprob_mode;
+    job.advance_step = options.advance_step;
+    job.append_to_history = options.append_to_history;
+    const cudaStream_t stream = static_cast<cudaStream_t>(options.stream);
+    // Stage 1 + stage 2 settle most rows; the exact path takes the rows they flag, on the device.
+    cuda::launch_fast_sample(job, stream);
+    job.exact_flags = exact_flags_;
+    cuda::launch_exact_sample(job, stream);
+  }
+
+  void verify(const LogitsView&, const VerifyInputs&, const BitmaskView&, const VerifyOutputs&,
+              const CallOptions&) override {
+    throw Error(ErrorCode::kUnsupported,
+                "sonic: verify() on the CUDA backend is not implemented yet; use Backend::kCpu");
+  }
+
+ private:
+  cuda::DeviceSlotTable table_;
+  float* z_ = nullptr;
+  int32_t tiles_ = 0;
+  cuda::TileStat* stats_ = nullptr;
+  unsigned long long* cands_ = nullptr;
+  int32_t* exact_flags_ = nullptr;
+};
+
+}  // namespace
+
+namespace detail {
+std::unique_ptr<SamplerBackend> make_cuda_backend(const SamplerConfig& config) {
+  if (!cuda_device_present())
+    throw Error(ErrorCode::kUnsupported, "sonic: config.backend = cuda: no CUDA device is present");
+  SONIC_CUDA_CHECK(cudaSetDevice(config.device));
+  return std::make_unique<CudaBackend>(config);
+}
+}  // namespace detail
+
+}  // namespace sonic

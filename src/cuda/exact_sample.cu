@@ -1,0 +1,396 @@
+// The exact sampler: one block per row, full passes over the row, every rule of SPEC.md section 2.
+// It is the device-side exact path: correct for every input, whatever the kept set's size. Sums
+// that decide the kept set are fixed-point integers (order-independent); the noise is evaluated in
+// double exactly as the CPU reference does, so the two agree token for token.
+#include <cub/block/block_reduce.cuh>
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/random.hpp"
+#include "common/token_rules.hpp"
+#include "cuda/block_select.cuh"
+#include "cuda/cuda_check.hpp"
+#include "cuda/prologue.cuh"
+#include "cuda/row_job.cuh"
+#include "cuda/row_outputs.cuh"
+
+namespace sonic::cuda {
+namespace {
+
+using detail::key_token;
+using detail::key_value;
+using detail::pack_key;
+
+constexpr int kBlock = 512;
+constexpr double kMassScale = 1099511627776.0;  // 2^40: fixed-point unit of probability mass
+
+// A token's score as a packed key, 0 for -inf (not a candidate).
+__device__ __forceinline__ unsigned long long score_key(float s, int32_t t) {
+  return s > -INFINITY ? pack_key(s, t) : 0ull;
+}
+
+struct ArgMax {  // (score, token), larger score first, then lower token
+  double score;
+  int32_t token;
+};
+struct ArgMaxOp {
+  __device__ ArgMax operator()(const ArgMax& a, const ArgMax& b) const {
+    if (a.token < 0) return b;
+    if (b.token < 0) return a;
+    if (a.score != b.score) return a.score > b.score ? a : b;
+    return a.token < b.token ? a : b;
+  }
+};
+struct MaxU64 {
+  __device__ unsigned long long operator()(unsigned long long a, unsigned long long b) const {
+    return a > b ? a : b;
+  }
+};
+
+// A row's distribution in one logprob mode: score_t, and the softmax normalisation over the
+// eligible tokens (score > -inf, and only +inf scores when the maximum is +inf).
+struct ModeStats {
+  float max;
+  double sum;     // sum of exp(score - max) over eligible tokens (finite max)
+  int32_t n_inf;  // number of +inf scores (infinite max)
+};
+
+__device__ __forceinline__ float logprob_of(float s, const ModeStats& st) {
+  if (!(s > -INFINITY)) return -INFINITY;
+  if (st.max == INFINITY) return s == INFINITY ? static_cast<float>(-log(static_cast<double>(st.n_inf))) : -INFINITY;
+  return static_cast<float>(static_cast<double>(s) - static_cast<double>(st.max) - log(st.sum));
+}
+
+union TempStorage {
+  typename cub::BlockReduce<unsigned long long, kBlock>::TempStorage u64;
+  typename cub::BlockReduce<double, kBlock>::TempStorage f64;
+  typename cub::BlockReduce<int, kBlock>::TempStorage i32;
+  typename cub::BlockReduce<ArgMax, kBlock>::TempStorage argmax;
+};
+
+struct Shared {
+  TempStorage reduce;
+  BlockSelect<kBlock>::Storage select;
+  unsigned long long bcast_u64;
+  double bcast_f64;
+  int bcast_i32;
+  ArgMax bcast_argmax;
+  unsigned long long top[kMaxTopLogprobs];
+  int top_count;
+  int gather_count;
+};
+
+__device__ unsigned long long block_max_u64(unsigned long long v, Shared& sh) {
+  const unsigned long long r = cub::BlockReduce<unsigned long long, kBlock>(sh.reduce.u64).Reduce(v, MaxU64());
+  if (threadIdx.x == 0) sh.bcast_u64 = r;
+  __syncthreads();
+  const unsigned long long out = sh.bcast_u64;
+  __syncthreads();
+  return out;
+}
+__device__ unsigned long long block_sum_u64(unsigned long long v, Shared& sh) {
+  const unsigned long long r = cub::BlockReduce<unsigned long long, kBlock>(sh.reduce.u64).Sum(v);
+  if (threadIdx.x == 0) sh.bcast_u64 = r;
+  __syncthreads();
+  const unsigned long long out = sh.bcast_u64;
+  __syncthreads();
+  return out;
+}
+__device__ double block_sum_f64(double v, Shared& sh) {
+  const double r = cub::BlockReduce<double, kBlock>(sh.reduce.f64).Sum(v);
+  if (threadIdx.x == 0) sh.bcast_f64 = r;
+  __syncthreads();
+  const double out = sh.bcast_f64;
+  __syncthreads();
+  return out;
+}
+__device__ int block_sum_i32(int v, Shared& sh) {
+  const int r = cub::BlockReduce<int, kBlock>(sh.reduce.i32).Sum(v);
+  if (threadIdx.x == 0) sh.bcast_i32 = r;
+  __syncthreads();
+  const int out = sh.bcast_i32;
+  __syncthreads();
+  return out;
+}
+__device__ ArgMax block_argmax(ArgMax v, Shared& sh) {
+  const ArgMax r = cub::BlockReduce<ArgMax, kBlock>(sh.reduce.argmax).Reduce(v, ArgMaxOp());
+  if (threadIdx.x == 0) sh.bcast_argmax = r;
+  __syncthreads();
+  const ArgMax out = sh.bcast_argmax;
+  __syncthreads();
+  return out;
+}
+
+// Normalisation of a score function over [0, V).
+template <class ScoreFn>
+__device__ ModeStats mode_stats(int32_t V, ScoreFn score, Shared& sh) {
+  unsigned long long best = 0;
+  int n_inf = 0;
+  for (int32_t t = threadIdx.x; t < V; t += kBlock) {
+    const float s = score(t);
+    best = max(best, score_key(s, t));
+    n_inf += s == INFINITY;
+  }
+  ModeStats st;
+  best = block_max_u64(best, sh);
+  st.max = best ? key_value(best) : -INFINITY;
+  st.n_inf = block_sum_i32(n_inf, sh);
+  double sum = 0.0;
+  if (st.max > -INFINITY && st.max < INFINITY)
+    for (int32_t t = threadIdx.x; t < V; t += kBlock) {
+      const float s = score(t);
+      if (s > -INFINITY) sum += exp(static_cast<double>(s) - static_cast<double>(st.max));
+    }
+  st.sum = block_sum_f64(sum, sh);
+  return st;
+}
+
+// Log-probability, rank and top-N of `token` under a score function (SPEC.md section 2 outputs).
+template <class ScoreFn>
+__device__ void write_logprobs(const RowJob& job, int32_t r, int32_t token, int32_t top_n,
+                               ScoreFn score, Shared& sh) {
+  const RowOutputs& out = job.out;
+  const int32_t V = job.table.vocab_size;
+  const ModeStats st = mode_stats(V, score, sh);
+  auto eligible_key = [&](int32_t t) -> unsigned long long {
+    const float s = score(t);
+    if (st.max == INFINITY && s != INFINITY) return 0ull;
+    return score_key(s, t);
+  };
+  if (out.logprob || out.rank) {
+    int rank = 0;
+    float tok_score = -INFINITY;
+    if (token >= 0) {
+      tok_score = score(token);
+      for (int32_t t = threadIdx.x; t < V; t += kBlock) rank += score(t) >= tok_score;
+    }
+    rank = block_sum_i32(rank, sh);
+    if (threadIdx.x == 0) {
+      if (out.logprob) out.logprob[r] = token >= 0 ? logprob_of(tok_score, st) : -INFINITY;
+      if (out.rank) out.rank[r] = token >= 0 ? rank : 0;
+    }
+  }
+  if (!out.top_ids) return;
+  int eligible = 0;
+  for (int32_t t = threadIdx.x; t < V; t += kBlock) eligible += eligible_key(t) != 0;
+  eligible = block_sum_i32(eligible, sh);
+  const int n = min(top_n, eligible);
+  if (threadIdx.x == 0) sh.top_count = 0;
+  __syncthreads();
+  if (n > 0) {
+    const unsigned long long kth = BlockSelect<kBlock>::select_desc(
+        V, static_cast<unsigned long long>(n), eligible_key, [](int32_t) { return 1ull; }, sh.select);
+    for (int32_t t = threadIdx.x; t < V; t += kBlock) {
+      const unsigned long long k = eligible_key(t);
+      if (k && k >= kth) sh.top[atomicAdd(&sh.top_count, 1)] = k;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int i = 1; i < n; ++i)  // at most 20 keys: insertion sort, largest first
+      for (int j = i; j > 0 && sh.top[j] > sh.top[j - 1]; --j) {
+        const unsigned long long tmp = sh.top[j];
+        sh.top[j] = sh.top[j - 1];
+        sh.top[j - 1] = tmp;
+      }
+    int32_t* ids = out.top_ids + r * out.top_stride;
+    float* lps = out.top_logprobs + r * out.top_stride;
+    for (int64_t i = 0; i < out.top_stride; ++i) {
+      const bool have = i < n;
+      const int32_t t = have ? key_token(sh.top[i]) : -1;
+      ids[i] = t;
+      lps[i] = have ? logprob_of(score(t), st) : -INFINITY;
+    }
+  }
+  __syncthreads();
+}
+
+__global__ void __launch_bounds__(kBlock) exact_sample_kernel(RowJob job) {
+  __shared__ Shared sh;
+  extern __shared__ unsigned long long gathered[];  // final distribution, final_capacity keys
+  const int32_t r = blockIdx.x;
+  const SlotTableView& tab = job.table;
+  const int32_t V = tab.vocab_size;
+
+  // Rows the fast path settled are done; the rest take the exact path.
+  if (job.exact_flags && job.exact_flags[r] == 0) return;
+  // Device-side input checks: a bad row is flagged and touches nothing else.
+  int32_t slot = -1;
+  const int32_t* mask = nullptr;
+  if (!resolve_row(tab, job.slots, r, job.bitmask, job.bitmask_rows, job.bitmask_stride,
+                   job.bitmask_index, &slot, &mask)) {
+    write_invalid_row(job.out, r, threadIdx.x, kBlock);
+    return;
+  }
+  RowPrologue pro;
+  pro.init(tab, slot, mask);
+  const SlotParams& p = pro.p;
+  const uint64_t step = tab.step[slot];
+  const bool greedy = pro.greedy;
+  const size_t elem = job.dtype == DType::kF32 ? 4 : 2;
+  const void* row = static_cast<const char*>(job.logits) + r * job.row_stride * elem;
+  float* z = job.z + static_cast<int64_t>(r) * V;
+
+  // Pass 1, steps 1-5: z (greedy rows keep x, i.e. T = 1), its maximum key, NaN.
+  unsigned long long best = 0;
+  int nan_seen = 0;
+  for (int32_t t = threadIdx.x; t < V; t += kBlock) {
+    float x = detail::load_logit(row, job.dtype, t);
+    if (detail::is_nan(x)) {
+      nan_seen = 1;
+      x = -INFINITY;
+    }
+    const float zt = pro.apply(tab, t, x);
+    z[t] = zt;
+    best = max(best, score_key(zt, t));
+  }
+  int32_t status = __syncthreads_or(nan_seen) ? kStatusNaN : 0;
+  best = block_max_u64(best, sh);
+  const float m = best ? key_value(best) : -INFINITY;
+  __syncthreads();
+
+  // Steps 6-8 as one cut: the kept set is {t : key_t >= cut}, a prefix of the total order.
+  int32_t token = -1;
+  unsigned long long cut = ~0ull;
+  double kept_sum = 1.0;  // sum of exp(z - m) over the kept set (finite m)
+  int32_t kept_inf = 0;   // number of kept +inf scores (infinite m)
+  int32_t kept = 0;
+  auto z_key = [&](int32_t t) { return score_key(z[t], t); };
+  if (best == 0) {
+    status |= kStatusNoValidToken;
+  } else if (greedy) {
+    token = key_token(best);
+    cut = best;
+    kept = 1;
+  } else {
+    const double md = m;
+    auto mass = [&](int32_t t) -> unsigned long long {
+      const float s = z[t];
+      if (m == INFINITY) return s == INFINITY ? static_cast<unsigned long long>(kMassScale) : 0ull;
+      if (!(s > -INFINITY)) return 0ull;
+      return static_cast<unsigned long long>(llrint(exp(static_cast<double>(s) - md) * kMassScale));
+    };
+    cut = (static_cast<unsigned long long>(detail::order_bits(-INFINITY)) + 1) << 32;  // every valid token
+    if (p.min_p > 0.0f) {  // z >= z_max + ln(min_p), in double as the reference
+      const float zf = __double2float_ru(md + log(static_cast<double>(p.min_p)));
+      cut = max(cut, static_cast<unsigned long long>(detail::order_bits(zf)) << 32);
+    }
+    if (p.top_k > 0 && p.top_k < V) {
+      int c = 0;
+      for (int32_t t = threadIdx.x; t < V; t += kBlock) c += z_key(t) >= cut && z_key(t) != 0;
+      c = block_sum_i32(c, sh);
+      if (p.top_k < c)
+        cut = max(cut, BlockSelect<kBlock>::select_desc(V, static_cast<unsigned long long>(p.top_k), z_key,
+                                                 [](int32_t) { return 1ull; }, sh.select));
+    }
+    if (p.top_p < 1.0f) {
+      const bool joint = p.flags & kSlotTopPJoint;
+      unsigned long long w = 0;
+      for (int32_t t = threadIdx.x; t < V; t += kBlock)
+        if (joint || z_key(t) >= cut) w += mass(t);
+      w = block_sum_u64(w, sh);
+      const unsigned long long target =
+          static_cast<unsigned long long>(ceil(static_cast<double>(p.top_p) * static_cast<double>(w)));
+      if (target > 0) cut = max(cut, BlockSelect<kBlock>::select_desc(V, target, z_key, mass, sh.select));
+    }
+    // Gumbel-max over the kept set, ties to the lower id; among +inf scores the noise alone.
+    const uint32_t purpose = detail::purpose(detail::Draw::kSampling, 0);
+    ArgMax local{0.0, -1};
+    double sum = 0.0;
+    int n_inf = 0, n_kept = 0;
+    for (int32_t t = threadIdx.x; t < V; t += kBlock) {
+      const unsigned long long k = z_key(t);
+      if (k == 0 || k < cut) continue;
+      const float s = z[t];
+      ++n_kept;
+      if (m == INFINITY && s != INFINITY) continue;
+      n_inf += s == INFINITY;
+      if (m < INFINITY) sum += exp(static_cast<double>(s) - md);
+      const double g = detail::gumbel_from_uniform_exact(
+          detail::uniform_from_word(detail::random_word(p.seed, step, purpose, static_cast<uint32_t>(t))));
+      const ArgMax cand{m == INFINITY ? g : static_cast<double>(s) + g, t};
+      local = ArgMaxOp()(local, cand);
+    }
+    token = block_argmax(local, sh).token;
+    kept_sum = block_sum_f64(sum, sh);
+    kept_inf = block_sum_i32(n_inf, sh);
+    kept = block_sum_i32(n_kept, sh);
+  }
+
+  // Logprob outputs in the call's mode.
+  const RowOutputs& out = job.out;
+  if (out.logprob || out.rank || out.top_ids) {
+    if (job.mode == LogprobMode::kRaw) {
+      write_logprobs(job, r, token, p.top_n, [&](int32_t t) {
+        const float x = detail::load_logit(row, job.dtype, t);
+        return detail::is_nan(x) ? -INFINITY : x;
+      }, sh);
+    } else if (job.mode == LogprobMode::kProcessed) {
+      write_logprobs(job, r, token, p.top_n, [&](int32_t t) { return z[t]; }, sh);
+    } else if (greedy) {
+      write_logprobs(job, r, token, p.top_n, [&](int32_t t) { return t == token ? 0.0f : -INFINITY; }, sh);
+    } else {
+      write_logprobs(job, r, token, p.top_n, [&](int32_t t) {
+        const unsigned long long k = z_key(t);
+        return k != 0 && k >= cut ? z[t] : -INFINITY;
+      }, sh);
+    }
+  }
+
+  // The sparse final distribution: the kept set in order, when it fits.
+  if (out.final_ids) {
+    const bool fits = kept <= out.final_capacity;
+    if (threadIdx.x == 0) sh.gather_count = 0;
+    __syncthreads();
+    if (fits && kept > 0)
+      for (int32_t t = threadIdx.x; t < V; t += kBlock) {
+        const unsigned long long k = z_key(t);
+        if (k != 0 && k >= cut) gathered[atomicAdd(&sh.gather_count, 1)] = k;
+      }
+    __syncthreads();
+    int32_t* ids = out.final_ids + r * out.final_stride;
+    float* probs = out.final_probs + r * out.final_stride;
+    for (int64_t i = threadIdx.x; i < out.final_stride; i += kBlock) {
+      ids[i] = -1;
+      probs[i] = 0.0f;
+    }
+    __syncthreads();
+    if (fits)
+      for (int i = threadIdx.x; i < kept; i += kBlock) {
+        const unsigned long long k = gathered[i];
+        int pos = 0;
+        for (int j = 0; j < kept; ++j) pos += gathered[j] > k;
+        const int32_t t = key_token(k);
+        ids[pos] = t;
+        float prob = 1.0f;
+        if (!greedy)
+          prob = m == INFINITY ? (z[t] == INFINITY ? 1.0f / static_cast<float>(kept_inf) : 0.0f)
+                               : static_cast<float>(exp(static_cast<double>(z[t]) - static_cast<double>(m)) / kept_sum);
+        probs[pos] = prob;
+      }
+    if (threadIdx.x == 0) out.final_count[r] = kept;
+  }
+
+  // State: the emitted token joins the history, the step advances.
+  if (threadIdx.x == 0) {
+    if (job.append_to_history && token >= 0 && !history_append(tab, slot, token)) status |= kStatusHistoryFull;
+    if (job.advance_step) tab.step[slot] = step + 1;
+    out.tokens[r] = token;
+    if (out.status) out.status[r] = status;
+  }
+}
+
+}  // namespace
+
+void launch_exact_sample(const RowJob& job, cudaStream_t stream) {
+  if (job.rows == 0) return;
+  const size_t smem = job.out.final_ids ? static_cast<size_t>(job.out.final_capacity) * 8 : 0;
+  if (smem > 48 * 1024)
+    SONIC_CUDA_CHECK(cudaFuncSetAttribute(exact_sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+  exact_sample_kernel<<<job.rows, kBlock, smem, stream>>>(job);
+  SONIC_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace sonic::cuda

@@ -1,0 +1,69 @@
+// Steps 1-5 of SPEC.md section 2 for one token of one row, on the device: the per-token rules of
+// src/common applied with the row's slot state (token list, sparse history). Shared by the exact
+// path and stage 1 so that both compute the same z bit for bit.
+#pragma once
+
+#include "common/token_rules.hpp"
+#include "cuda/slot_table.cuh"
+
+namespace sonic::cuda {
+
+// What a block knows about its row before touching tokens.
+struct RowPrologue {
+  SlotParams p;
+  int32_t slot;
+  const int32_t* mask;  // grammar bitmask row, or null
+  bool greedy;
+  bool penalised;
+
+  __device__ void init(const SlotTableView& tab, int32_t slot_id, const int32_t* mask_row) {
+    slot = slot_id;
+    p = tab.params[slot_id];
+    mask = mask_row;
+    greedy = p.temperature == 0.0f;
+    penalised = p.repetition != 1.0f || p.frequency != 0.0f || p.presence != 0.0f;
+  }
+
+  // x_t (input logit, NaN already turned into -inf) -> z_t (greedy rows: x_t after steps 1-4).
+  __device__ __forceinline__ float apply(const SlotTableView& tab, int32_t t, float x) const {
+    if (mask && !detail::bitmask_allows(mask, t)) return -INFINITY;
+    float bias = 0.0f;
+    if (p.list_count > 0) {
+      const int32_t i = list_find(tab, slot, p.list_count, t);
+      const int64_t at = static_cast<int64_t>(slot) * tab.list_capacity + i;
+      const uint8_t kind = i >= 0 ? tab.list_kind[at] : 0;
+      if (kind & kListBanned) return -INFINITY;
+      if ((p.flags & kSlotHasAllowed) && !(kind & kListAllowed)) return -INFINITY;
+      if (kind & kListBias) bias = tab.list_bias[at];
+    }
+    if (!(x > -INFINITY)) return -INFINITY;
+    bool in_scope = false;
+    int32_t count = 0;
+    if (penalised) {
+      const TokenHistory h = history_lookup(tab, slot, t);
+      in_scope = (p.flags & kSlotRepetitionOutputOnly) ? h.output > 0 : h.prompt + h.output > 0;
+      count = h.output + ((p.flags & kSlotPenaltiesIncludePrompt) ? h.prompt : 0);
+    }
+    x = detail::adjust_logit(x, bias, in_scope, count, detail::Penalties{p.repetition, p.frequency, p.presence});
+    return greedy ? x : detail::apply_temperature(x, p.temperature);
+  }
+};
+
+// Resolves a row's slot and bitmask row; false when either is invalid (the row is then flagged).
+__device__ __forceinline__ bool resolve_row(const SlotTableView& tab, const int32_t* slots, int32_t r,
+                                            const int32_t* bitmask, int64_t bitmask_rows,
+                                            int64_t bitmask_stride, const int32_t* bitmask_index,
+                                            int32_t* slot_out, const int32_t** mask_out) {
+  const int32_t slot = slots ? slots[r] : r;
+  if (slot < 0 || slot >= tab.max_slots || !(tab.params[slot].flags & kSlotActive)) return false;
+  *slot_out = slot;
+  *mask_out = nullptr;
+  if (bitmask) {
+    const int64_t idx = bitmask_index ? bitmask_index[r] : r;
+    if (idx < -1 || idx >= bitmask_rows) return false;
+    if (idx >= 0) *mask_out = bitmask + idx * bitmask_stride;
+  }
+  return true;
+}
+
+}  // namespace sonic::cuda

@@ -1,0 +1,86 @@
+// Sampler: validates every call on the host, then hands it to the backend chosen at creation.
+#include "sonic/sampler.hpp"
+
+#include "host/backend.hpp"
+#include "host/validate.hpp"
+
+namespace sonic {
+
+bool cuda_available() {
+#if defined(SONIC_WITH_CUDA)
+  return detail::cuda_device_present();
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+std::unique_ptr<SamplerBackend> make_backend(const SamplerConfig& config) {
+  SamplerConfig resolved = config;
+  if (resolved.backend == Backend::kAuto)
+    resolved.backend = cuda_available() ? Backend::kCuda : Backend::kCpu;
+  if (resolved.backend == Backend::kCuda) {
+#if defined(SONIC_WITH_CUDA)
+    return detail::make_cuda_backend(resolved);
+#else
+    throw Error(ErrorCode::kUnsupported,
+                "sonic: config.backend = cuda: this build has no CUDA backend (nvcc was not found)");
+#endif
+  }
+  return detail::make_cpu_backend(resolved);
+}
+
+}  // namespace
+
+Sampler::Sampler(const SamplerConfig& config) {
+  detail::validate_config(config);
+  impl_ = make_backend(config);
+}
+
+Sampler::~Sampler() = default;
+Sampler::Sampler(Sampler&&) noexcept = default;
+Sampler& Sampler::operator=(Sampler&&) noexcept = default;
+
+const SamplerConfig& Sampler::config() const { return impl_->config(); }
+Backend Sampler::backend() const { return impl_->kind(); }
+
+void Sampler::admit(int32_t slot, const RequestParams& params, const int32_t* prompt,
+                    int64_t prompt_len, void* stream) {
+  const SamplerConfig& c = impl_->config();
+  detail::validate_slot(slot, c, "slot");
+  detail::validate_params(params, c);
+  detail::validate_history(prompt, prompt_len, c, "prompt");
+  impl_->admit(slot, params, prompt, prompt_len, stream);
+}
+
+void Sampler::retire(int32_t slot, void* stream) {
+  detail::validate_slot(slot, impl_->config(), "slot");
+  impl_->retire(slot, stream);
+}
+
+void Sampler::append_output(int32_t slot, const int32_t* tokens, int64_t count, void* stream) {
+  const SamplerConfig& c = impl_->config();
+  detail::validate_slot(slot, c, "slot");
+  detail::validate_history(tokens, count, c, "tokens");
+  impl_->append_output(slot, tokens, count, stream);
+}
+
+uint64_t Sampler::step(int32_t slot) const {
+  detail::validate_slot(slot, impl_->config(), "slot");
+  return impl_->step(slot);
+}
+
+void Sampler::sample(const LogitsView& logits, const int32_t* slots, const BitmaskView& bitmask,
+                     const SampleOutputs& out, const CallOptions& options) {
+  detail::validate_sample(impl_->config(), logits, bitmask, out, options);
+  impl_->sample(logits, slots, bitmask, out, options);
+}
+
+void Sampler::verify(const LogitsView& logits, const VerifyInputs& in, const BitmaskView& bitmask,
+                     const VerifyOutputs& out, const CallOptions& options) {
+  detail::validate_verify(impl_->config(), logits, in, bitmask, out, options);
+  impl_->verify(logits, in, bitmask, out, options);
+}
+
+}  // namespace sonic

@@ -1,0 +1,373 @@
+// The CPU reference, row by row, in the order of SPEC.md section 2 and section 3.
+#include "ref/reference.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "common/random.hpp"
+#include "common/token_rules.hpp"
+
+namespace sonic::ref {
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kPosInf = std::numeric_limits<float>::infinity();
+
+int32_t count_in(const std::unordered_map<int32_t, int32_t>& m, int32_t t) {
+  const auto it = m.find(t);
+  return it == m.end() ? 0 : it->second;
+}
+
+// Positions of ids in the order sorted by (score descending, id ascending).
+bool before(const std::vector<float>& score, int32_t a, int32_t b) {
+  if (score[a] != score[b]) return score[a] > score[b];
+  return a < b;
+}
+
+}  // namespace
+
+TokenCounts count_tokens(const std::vector<int32_t>& prompt, const std::vector<int32_t>& output) {
+  TokenCounts c;
+  for (int32_t t : prompt) ++c.prompt[t];
+  for (int32_t t : output) ++c.output[t];
+  return c;
+}
+
+std::vector<float> row_to_float(const void* row, DType dtype, int64_t count) {
+  std::vector<float> x(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) x[i] = detail::load_logit(row, dtype, i);
+  return x;
+}
+
+std::vector<float> processed_logits(const float* logits, const RowContext& ctx, int32_t* status) {
+  const RequestParams& p = *ctx.params;
+  const int32_t V = ctx.vocab_size;
+  std::vector<float> x(logits, logits + V);
+
+  // Step 1: NaN, grammar bitmask, banned, allowed.
+  for (int32_t t = 0; t < V; ++t) {
+    if (std::isnan(x[t])) {
+      x[t] = kNegInf;
+      *status |= kStatusNaN;
+    }
+    if (ctx.bitmask_row && !detail::bitmask_allows(ctx.bitmask_row, t)) x[t] = kNegInf;
+  }
+  for (int32_t t : p.banned_tokens) x[t] = kNegInf;
+  if (!p.allowed_tokens.empty()) {
+    std::vector<char> allowed(V, 0);
+    for (int32_t t : p.allowed_tokens) allowed[t] = 1;
+    for (int32_t t = 0; t < V; ++t)
+      if (!allowed[t]) x[t] = kNegInf;
+  }
+
+  // Steps 2-4, through the shared per-token rule.
+  std::vector<float> bias(V, 0.0f);
+  for (const auto& [t, b] : p.logit_bias) bias[t] = b;
+  const detail::Penalties pen{p.repetition_penalty, p.frequency_penalty, p.presence_penalty};
+  for (int32_t t = 0; t < V; ++t) {
+    const int32_t in_prompt = count_in(ctx.counts->prompt, t);
+    const int32_t in_output = count_in(ctx.counts->output, t);
+    const bool rep_scope = p.repetition_output_only ? in_output > 0 : in_prompt + in_output > 0;
+    const int32_t count = in_output + (p.penalties_include_prompt ? in_prompt : 0);
+    x[t] = detail::adjust_logit(x[t], bias[t], rep_scope, count, pen);
+  }
+  return x;
+}
+
+std::vector<float> tempered(const std::vector<float>& x, float temperature) {
+  std::vector<float> z(x.size());
+  for (size_t t = 0; t < x.size(); ++t) z[t] = detail::apply_temperature(x[t], temperature);
+  return z;
+}
+
+std::vector<int32_t> order_tokens(const std::vector<float>& score) {
+  std::vector<int32_t> ids;
+  for (int32_t t = 0; t < static_cast<int32_t>(score.size()); ++t)
+    if (score[t] > kNegInf) ids.push_back(t);
+  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return before(score, a, b); });
+  return ids;
+}
+
+std::vector<double> softmax_over(const std::vector<float>& score, const std::vector<int32_t>& ids) {
+  std::vector<double> p(ids.size(), 0.0);
+  if (ids.empty()) return p;
+  double m = kNegInf;
+  for (int32_t t : ids) m = std::max(m, static_cast<double>(score[t]));
+  if (m == kNegInf) return p;
+  if (m == kPosInf) {  // the +inf tokens share the mass
+    size_t n = 0;
+    for (int32_t t : ids) n += score[t] == kPosInf;
+    for (size_t i = 0; i < ids.size(); ++i) p[i] = score[ids[i]] == kPosInf ? 1.0 / n : 0.0;
+    return p;
+  }
+  double sum = 0.0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    p[i] = std::exp(static_cast<double>(score[ids[i]]) - m);
+    sum += p[i];
+  }
+  for (double& v : p) v /= sum;
+  return p;
+}
+
+namespace {
+
+// Length of the shortest prefix of `probs` whose mass reaches p (the crossing token included).
+size_t top_p_prefix(const std::vector<double>& probs, double p) {
+  double cum = 0.0;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    cum += probs[i];
+    if (cum >= p) return i + 1;
+  }
+  return probs.size();  // rounding left the total just under p: keep everything
+}
+
+}  // namespace
+
+Distribution kept_distribution(const std::vector<float>& z, const RequestParams& params) {
+  const std::vector<int32_t> order = order_tokens(z);
+  Distribution d;
+  if (order.empty()) return d;
+  const int32_t V = static_cast<int32_t>(z.size());
+  size_t keep = order.size();
+
+  // Step 6, min-p: z_t >= z_max + ln(min_p). Every step below keeps a prefix of the order.
+  if (params.min_p > 0.0f) {
+    const double threshold = static_cast<double>(z[order[0]]) + std::log(double{params.min_p});
+    size_t n = 0;
+    while (n < keep && static_cast<double>(z[order[n]]) >= threshold) ++n;
+    keep = std::max<size_t>(n, 1);
+  }
+  // Step 7, top-k: the first k of the survivors.
+  if (params.top_k > 0 && params.top_k < V) keep = std::min<size_t>(keep, params.top_k);
+  // Step 8, top-p.
+  if (params.top_p < 1.0f) {
+    const double p = params.top_p;
+    if (params.top_p_joint) {  // prefix measured on softmax(z) over all tokens
+      keep = std::min(keep, top_p_prefix(softmax_over(z, order), p));
+    } else {  // prefix of the survivors, renormalised
+      std::vector<int32_t> survivors(order.begin(), order.begin() + keep);
+      keep = top_p_prefix(softmax_over(z, survivors), p);
+    }
+  }
+  d.ids.assign(order.begin(), order.begin() + keep);
+  d.probs = softmax_over(z, d.ids);
+  return d;
+}
+
+int32_t greedy_token(const std::vector<float>& x) {
+  int32_t best = -1;
+  for (int32_t t = 0; t < static_cast<int32_t>(x.size()); ++t)
+    if (x[t] > kNegInf && (best < 0 || x[t] > x[best])) best = t;
+  return best;
+}
+
+int32_t gumbel_argmax(const std::vector<float>& z, const std::vector<int32_t>& ids, uint64_t seed,
+                      uint64_t step, uint32_t purpose_word) {
+  if (ids.empty()) return -1;
+  bool any_inf = false;
+  for (int32_t t : ids) any_inf |= z[t] == kPosInf;
+  int32_t best = -1;
+  double best_score = 0.0;
+  for (int32_t t : ids) {
+    if (any_inf && z[t] != kPosInf) continue;
+    const double g = detail::gumbel_from_uniform_exact(
+        detail::uniform_from_word(detail::random_word(seed, step, purpose_word, t)));
+    const double s = any_inf ? g : static_cast<double>(z[t]) + g;
+    if (best < 0 || s > best_score || (s == best_score && t < best)) {
+      best = t;
+      best_score = s;
+    }
+  }
+  return best;
+}
+
+LogprobResult logprobs_for(const RowScores& scores, int32_t token, LogprobMode mode,
+                           int32_t top_n) {
+  // The mode's distribution as (score used for ordering and rank, ids with finite logprob, probs).
+  std::vector<float> score;
+  std::vector<int32_t> ids;
+  std::vector<double> probs;
+  if (mode == LogprobMode::kFinal) {
+    score.assign(scores.processed.size(), kNegInf);
+    if (scores.greedy) {
+      if (!scores.final_dist.ids.empty()) score[scores.final_dist.ids[0]] = 0.0f;
+    } else {
+      for (int32_t t : scores.final_dist.ids) score[t] = scores.processed[t];
+    }
+    ids = scores.final_dist.ids;
+    probs = scores.final_dist.probs;
+  } else {
+    score = mode == LogprobMode::kRaw ? scores.raw : scores.processed;
+    ids = order_tokens(score);
+    probs = softmax_over(score, ids);
+  }
+
+  LogprobResult r;
+  r.top_ids.assign(top_n, -1);
+  r.top_logprobs.assign(top_n, kNegInf);
+  int32_t filled = 0;
+  for (size_t i = 0; i < ids.size() && filled < top_n; ++i) {
+    if (probs[i] <= 0.0) continue;  // below an +inf score: logprob -inf
+    r.top_ids[filled] = ids[i];
+    r.top_logprobs[filled] = static_cast<float>(std::log(probs[i]));
+    ++filled;
+  }
+  if (token < 0) return r;
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] == token) r.logprob = probs[i] > 0.0 ? static_cast<float>(std::log(probs[i])) : kNegInf;
+  r.rank = 0;
+  for (int32_t t = 0; t < static_cast<int32_t>(score.size()); ++t)
+    r.rank += score[t] >= score[token];
+  return r;
+}
+
+namespace {
+
+struct EvaluatedRow {
+  RowScores scores;
+  int32_t status = 0;
+};
+
+// Steps 1-8 of one row, everything but the draw.
+EvaluatedRow evaluate_row(const float* logits, const RowContext& ctx) {
+  EvaluatedRow e;
+  const RequestParams& p = *ctx.params;
+  e.scores.raw.assign(logits, logits + ctx.vocab_size);
+  for (float& v : e.scores.raw)
+    if (std::isnan(v)) v = kNegInf;
+  const std::vector<float> x = processed_logits(logits, ctx, &e.status);
+  e.scores.greedy = p.temperature == 0.0f;
+  if (e.scores.greedy) {
+    e.scores.processed = x;
+    const int32_t t = greedy_token(x);
+    if (t >= 0) e.scores.final_dist = Distribution{{t}, {1.0}};
+  } else {
+    e.scores.processed = tempered(x, p.temperature);
+    e.scores.final_dist = kept_distribution(e.scores.processed, p);
+  }
+  if (e.scores.final_dist.ids.empty()) e.status |= kStatusNoValidToken;
+  return e;
+}
+
+// The section-2 draw from an evaluated row (greedy: its argmax).
+int32_t draw_row(const EvaluatedRow& e, const RowContext& ctx, detail::Draw kind,
+                 uint32_t position) {
+  if (e.scores.final_dist.ids.empty()) return -1;
+  if (e.scores.greedy) return e.scores.final_dist.ids[0];
+  return gumbel_argmax(e.scores.processed, e.scores.final_dist.ids, ctx.params->seed, ctx.step,
+                       detail::purpose(kind, position));
+}
+
+}  // namespace
+
+RowResult sample_row(const float* logits, const RowContext& ctx, LogprobMode mode) {
+  const EvaluatedRow e = evaluate_row(logits, ctx);
+  RowResult r;
+  r.status = e.status;
+  r.token = draw_row(e, ctx, detail::Draw::kSampling, ctx.position);
+  LogprobResult lp = logprobs_for(e.scores, r.token, mode, ctx.params->top_logprobs);
+  r.logprob = lp.logprob;
+  r.rank = lp.rank;
+  r.top_ids = std::move(lp.top_ids);
+  r.top_logprobs = std::move(lp.top_logprobs);
+  r.final_dist = e.scores.final_dist;
+  return r;
+}
+
+VerifyResult verify_request(const VerifyRequest& req, LogprobMode mode) {
+  const RequestParams& p = *req.params;
+  const int32_t n = static_cast<int32_t>(req.drafts.size());
+  const int32_t V = req.vocab_size;
+  VerifyResult out;
+
+  // Row j's history holds the drafts before it.
+  std::vector<EvaluatedRow> rows;
+  std::vector<RowContext> contexts;
+  std::vector<TokenCounts> counts;
+  counts.reserve(n + 1);
+  std::vector<int32_t> output = *req.output;
+  for (int32_t j = 0; j <= n; ++j) {
+    counts.push_back(count_tokens(*req.prompt, output));
+    if (j < n) output.push_back(req.drafts[j]);
+  }
+  for (int32_t j = 0; j <= n; ++j) {
+    RowContext ctx{&p, &counts[j], req.bitmask_rows[j], V, req.step, static_cast<uint32_t>(j)};
+    contexts.push_back(ctx);
+    rows.push_back(evaluate_row(req.rows[j], ctx));
+    out.row_status.push_back(rows.back().status);
+  }
+
+  auto emit = [&](int32_t j, int32_t token) {
+    out.tokens.push_back(token);
+    out.logprobs.push_back(logprobs_for(rows[j].scores, token, mode, p.top_logprobs));
+  };
+
+  const bool greedy = p.temperature == 0.0f;
+  const bool strict = !greedy && req.rule == VerifyRule::kStrict;
+  for (int32_t j = 0; j <= n; ++j) {
+    const EvaluatedRow& row = rows[j];
+    if (row.scores.final_dist.ids.empty()) {  // nothing to emit from this row
+      emit(j, -1);
+      return out;
+    }
+    if (greedy || strict) {
+      const int32_t target = draw_row(row, contexts[j], detail::Draw::kSampling, j);
+      if (j < n && req.drafts[j] == target) {
+        emit(j, target);
+        ++out.num_accepted;
+        continue;
+      }
+      emit(j, target);
+      return out;
+    }
+    // Random request: p_j as fp32 over the kept set.
+    const Distribution& dist = row.scores.final_dist;
+    std::vector<float> pj(V, 0.0f);
+    for (size_t i = 0; i < dist.ids.size(); ++i) pj[dist.ids[i]] = static_cast<float>(dist.probs[i]);
+    if (j == n) {  // all accepted: the bonus token, sampled here
+      emit(j, gumbel_argmax(row.scores.processed, dist.ids, p.seed, req.step,
+                            detail::purpose(detail::Draw::kCorrection, j)));
+      return out;
+    }
+    const int32_t d = req.drafts[j];
+    std::vector<float> qj(V, 0.0f);
+    if (req.rule == VerifyRule::kDenseDraftProbs) {
+      std::copy(req.q_dense[j], req.q_dense[j] + V, qj.begin());
+    } else if (req.rule == VerifyRule::kSparseDraftProbs) {
+      const SparseProbs& s = req.q_sparse[j];
+      for (size_t i = 0; i < s.ids.size(); ++i) qj[s.ids[i]] = s.probs[i];
+    } else {
+      qj[d] = 1.0f;
+    }
+    const float u = detail::uniform_from_word(
+        detail::random_word(p.seed, req.step, detail::purpose(detail::Draw::kAcceptance, j), 0));
+    if (pj[d] > 0.0f && detail::mul_rn(u, qj[d]) <= pj[d]) {
+      emit(j, d);
+      ++out.num_accepted;
+      continue;
+    }
+    // Rejected: sample the residual max(0, p - q), computed in fp32.
+    const uint32_t purpose = detail::purpose(detail::Draw::kCorrection, j);
+    int32_t best = -1;
+    double best_score = 0.0;
+    for (int32_t t = 0; t < V; ++t) {
+      const float r = detail::sub_rn(pj[t], qj[t]);
+      if (!(r > 0.0f)) continue;
+      const double s = std::log(static_cast<double>(r)) +
+                       detail::gumbel_from_uniform_exact(
+                           detail::uniform_from_word(detail::random_word(p.seed, req.step, purpose, t)));
+      if (best < 0 || s > best_score) {
+        best = t;
+        best_score = s;
+      }
+    }
+    if (best < 0) best = gumbel_argmax(row.scores.processed, dist.ids, p.seed, req.step, purpose);
+    emit(j, best);
+    return out;
+  }
+  return out;
+}
+
+}  // namespace sonic::ref
