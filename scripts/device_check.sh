@@ -12,10 +12,11 @@ log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 gtest=()
 [ -d .deps/googletest ] && gtest=(-DSONIC_GTEST_SOURCE_DIR="$PWD/.deps/googletest")
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DSONIC_BUILD_TOOLS=OFF \
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
   "${gtest[@]}" >"$OUT/configure.log" 2>&1 || { log "configure FAILED"; tail -30 "$OUT/configure.log"; exit 1; }
 targets=(--target sonic_gpu_tests)
 [[ " $steps " == *" bench "* ]] && targets+=(--target sonic_bench)
+[[ " $steps " == *" demo "* ]] && targets+=(--target sonic_cli)
 [[ " $steps " == *" all "* ]] && targets=()
 cmake --build build-gpu -j16 "${targets[@]}" >"$OUT/build.log" 2>&1 || { log "build FAILED"; grep -E "error" "$OUT/build.log" | head -40; exit 1; }
 log "build ok"
@@ -35,6 +36,11 @@ if [[ " $steps " == *" sanitize "* ]]; then
     log "compute-sanitizer $tool rc=$r: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"
     [ $r -ne 0 ] && rc=1
   done
+fi
+if [[ " $steps " == *" demo "* ]]; then
+  build-gpu/tools/sonic demo >"$OUT/demo.log" 2>&1; r=$?
+  log "demo rc=$r: $(tail -1 "$OUT/demo.log")"
+  [ $r -ne 0 ] && { tail -20 "$OUT/demo.log"; rc=1; }
 fi
 if [[ " $steps " == *" bench "* ]]; then
   commit=$(git rev-parse --short HEAD 2>/dev/null || echo uncommitted)

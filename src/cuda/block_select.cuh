@@ -37,12 +37,23 @@ struct BlockSelect {
       for (int b = threadIdx.x; b < kBins; b += BLOCK) s.hist[b] = 0;
       __syncthreads();
       const unsigned long long prefix = s.prefix, remaining = s.remaining;
+      // A thread's consecutive keys mostly share a digit: add runs, not single weights, so that a
+      // row whose keys crowd into one bucket does not serialise on one shared-memory address.
+      int run_bin = -1;
+      unsigned long long run = 0;
       for (int32_t t = threadIdx.x; t < n; t += BLOCK) {
         const unsigned long long key = key_of(t);
         if (key == 0 || (key & mask) != prefix) continue;
         const unsigned long long w = weight_of(t);
-        if (w) atomicAdd(&s.hist[(key >> shift) & 0xFF], w);
+        const int bin = static_cast<int>((key >> shift) & 0xFF);
+        if (bin != run_bin) {
+          if (run) atomicAdd(&s.hist[run_bin], run);
+          run_bin = bin;
+          run = 0;
+        }
+        run += w;
       }
+      if (run) atomicAdd(&s.hist[run_bin], run);
       __syncthreads();
       // Thread i looks at bucket 255 - i: an inclusive scan gives the weight at or above it.
       const int i = threadIdx.x;

@@ -40,28 +40,20 @@ struct MaxU64 {
 struct MaxF {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
-struct Counts8 {  // level histogram, 8 x 16-bit fields in two words
-  unsigned long long lo, hi;
-};
-struct Counts8Sum {
-  __device__ Counts8 operator()(const Counts8& a, const Counts8& b) const { return {a.lo + b.lo, a.hi + b.hi}; }
-};
-
 union Temp {
   cub::BlockReduce<unsigned long long, kBlock>::TempStorage u64;
   cub::BlockReduce<float, kBlock>::TempStorage f32;
   cub::BlockReduce<int, kBlock>::TempStorage i32;
-  cub::BlockReduce<Counts8, kBlock>::TempStorage counts;
   cub::BlockReduce<ArgMaxF, kBlock>::TempStorage argmax;
   cub::BlockScan<int, kBlock>::TempStorage scan;
 };
 
 struct Shared {
   Temp temp;
+  int hist[kBlock / 32][16];
   unsigned long long u64;
   float f32;
   int i32;
-  Counts8 counts;
 };
 
 __device__ __forceinline__ unsigned long long bcast_u64(unsigned long long v, Shared& sh) {
@@ -92,12 +84,14 @@ __device__ __forceinline__ void load4(const void* row, DType dtype, int32_t t0, 
   for (int j = 0; j < 4; ++j) x[j] = t0 + j < V ? detail::load_logit(row, dtype, t0 + j) : 0.0f;
 }
 
-// Level of a token's distance below the tile maximum: 0 for d < 0.5, i for d in [0.5 * 2^(i-1),
-// 0.5 * 2^i), 7 beyond 32 (and for invalid tokens).
+// Level of a token's distance d below the tile maximum, in steps of sqrt(2): 0 for d < 1/4, then
+// level i for d in [2^((i-1)/2) / 4, 2^(i/2) / 4), and kLevels - 1 from d = 32 on. Any monotone
+// function would do: the bound written for stage 2 is the exact largest key left out.
+constexpr int kLevels = 16;
 __device__ __forceinline__ int distance_level(float d) {
-  if (!(d < 32.0f)) return 7;
-  const int e = (__float_as_int(d * 2.0f) >> 23) - 126;  // floor(log2(2d)) + 1
-  return min(max(e, 0), 6);
+  if (!(d < 32.0f)) return kLevels - 1;
+  if (d < 0.25f) return 0;
+  return min(1 + static_cast<int>(2.0f * __log2f(4.0f * d)), kLevels - 2);
 }
 
 __global__ void __launch_bounds__(kBlock) stage1_kernel(RowJob job) {
@@ -201,25 +195,32 @@ __global__ void __launch_bounds__(kBlock) stage1_kernel(RowJob job) {
   unsigned long long bound = 0;
   int count = 0;
   if (truncated && finite_max) {
-    // Histogram of distance levels, then the smallest level that holds kCandidateAim tokens
-    // without passing kCandidateCap.
-    Counts8 c{0, 0};
+    // Histogram of distance levels (one per warp, then summed), then the smallest level that holds
+    // kCandidateAim tokens without passing kCandidateCap.
+    const int warp = threadIdx.x / 32;
+    for (int i = threadIdx.x; i < kBlock / 32 * kLevels; i += kBlock) sh.hist[i / kLevels][i % kLevels] = 0;
+    __syncthreads();
 #pragma unroll
-    for (int i = 0; i < kTokensPerThread; ++i) {
-      const int lvl = z[i] > -INFINITY ? distance_level(m - z[i]) : 8;
-      if (lvl < 4) c.lo += 1ull << (16 * lvl);
-      else if (lvl < 8) c.hi += 1ull << (16 * (lvl - 4));
-    }
-    c = cub::BlockReduce<Counts8, kBlock>(sh.temp.counts).Reduce(c, Counts8Sum());
+    for (int i = 0; i < kTokensPerThread; ++i)
+      if (z[i] > -INFINITY) {
+        const int lvl = distance_level(m - z[i]);
+        if (lvl < kLevels - 1) atomicAdd(&sh.hist[warp][lvl], 1);
+      }
+    __syncthreads();
     if (threadIdx.x == 0) {
       int chosen = -1, cum = 0;
-      for (int lvl = 0; lvl < 8; ++lvl) {
-        cum += static_cast<int>(((lvl < 4 ? c.lo : c.hi) >> (16 * (lvl & 3))) & 0xFFFF);
+      for (int lvl = 0; lvl < kLevels; ++lvl) {
+        int n = 0;
+        if (lvl < kLevels - 1)
+          for (int w = 0; w < kBlock / 32; ++w) n += sh.hist[w][lvl];
+        else
+          n = valid - cum;  // everything else
+        cum += n;
         if (cum > kCandidateCap) break;
         chosen = lvl;
         if (cum >= kCandidateAim) break;
       }
-      sh.i32 = chosen;  // -1: even the top level overflows (a plateau); no candidates
+      sh.i32 = chosen;  // -1: even the first level overflows (a plateau); no candidates
     }
     __syncthreads();
     const int chosen = sh.i32;
