@@ -6,54 +6,68 @@
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
+# Step logs go to $L and come back packed as $OUT/logs.tgz (the device tool returns at most 8 files).
+L=/tmp/sonic_logs
+rm -rf "$L" && mkdir -p "$L"
+trap 'tar czf "$OUT/logs.tgz" -C /tmp sonic_logs' EXIT
 steps=${*:-tests sanitize}
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$L/gpu.txt"
 gtest=()
 [ -d .deps/googletest ] && gtest=(-DSONIC_GTEST_SOURCE_DIR="$PWD/.deps/googletest")
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-  "${gtest[@]}" >"$OUT/configure.log" 2>&1 || { log "configure FAILED"; tail -30 "$OUT/configure.log"; exit 1; }
+  "${gtest[@]}" >"$L/configure.log" 2>&1 || { log "configure FAILED"; tail -30 "$L/configure.log"; exit 1; }
 targets=(--target sonic_gpu_tests)
 [[ " $steps " == *" bench "* ]] && targets+=(--target sonic_bench)
 [[ " $steps " == *" demo "* ]] && targets+=(--target sonic_cli)
 [[ " $steps " == *" all "* ]] && targets=()
-cmake --build build-gpu -j16 "${targets[@]}" >"$OUT/build.log" 2>&1 || { log "build FAILED"; grep -E "error" "$OUT/build.log" | head -40; exit 1; }
+cmake --build build-gpu -j16 "${targets[@]}" >"$L/build.log" 2>&1 || { log "build FAILED"; grep -E "error" "$L/build.log" | head -40; exit 1; }
 log "build ok"
 
 rc=0
 if [[ " $steps " == *" tests "* ]]; then
-  build-gpu/tests/sonic_gpu_tests >"$OUT/gpu_tests.log" 2>&1; r=$?
-  log "gpu tests rc=$r: $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/gpu_tests.log" | head -2 | tr '\n' ' ')"
-  grep -E "near-tie|disagreements" "$OUT/gpu_tests.log" | head -40
-  [ $r -ne 0 ] && { grep -E -A6 "Failure|error" "$OUT/gpu_tests.log" | head -80; rc=1; }
+  build-gpu/tests/sonic_gpu_tests >"$L/gpu_tests.log" 2>&1; r=$?
+  log "gpu tests rc=$r: $(grep -E '^\[  (PASSED|FAILED)  \]' "$L/gpu_tests.log" | head -2 | tr '\n' ' ')"
+  grep -E "near-tie|disagreements" "$L/gpu_tests.log" | head -40
+  [ $r -ne 0 ] && { grep -E -A6 "Failure|error" "$L/gpu_tests.log" | head -80; rc=1; }
 fi
 if [[ " $steps " == *" sanitize "* ]]; then
   filter=${SONIC_SANITIZE_FILTER:-SharedRulesDevice.*:CudaBadRows.*:AllShapes/CudaAgreement.*/V1000_*}
   for tool in memcheck racecheck initcheck synccheck; do
     compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/sonic_gpu_tests \
-      --gtest_filter="$filter" >"$OUT/sanitize_$tool.log" 2>&1; r=$?
-    log "compute-sanitizer $tool rc=$r: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"
+      --gtest_filter="$filter" >"$L/sanitize_$tool.log" 2>&1; r=$?
+    log "compute-sanitizer $tool rc=$r: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/sanitize_$tool.log" | tail -1)"
     [ $r -ne 0 ] && rc=1
   done
 fi
 if [[ " $steps " == *" demo "* ]]; then
-  build-gpu/tools/sonic demo >"$OUT/demo.log" 2>&1; r=$?
-  log "demo rc=$r: $(tail -1 "$OUT/demo.log")"
-  [ $r -ne 0 ] && { tail -20 "$OUT/demo.log"; rc=1; }
+  build-gpu/tools/sonic demo >"$L/demo.log" 2>&1; r=$?
+  log "demo rc=$r: $(tail -1 "$L/demo.log")"
+  [ $r -ne 0 ] && { tail -20 "$L/demo.log"; rc=1; }
 fi
 if [[ " $steps " == *" bench "* ]]; then
-  commit=$(git rev-parse --short HEAD 2>/dev/null || echo uncommitted)
-  git diff --quiet HEAD 2>/dev/null || commit="$commit+dirty"
+  # The device copy has no .git: the caller passes SONIC_COMMIT (git rev-parse --short HEAD).
+  commit=${SONIC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
   day=$(date -u +%F)
   build-gpu/bench/sonic_bench --out "$OUT/h200.jsonl" --commit "$commit" --date "$day" ${SONIC_BENCH_ARGS:-} \
-    2>&1 | tee "$OUT/bench.log" | tail -200; r=${PIPESTATUS[0]}
-  log "sonic_bench rc=$r: $(tail -1 "$OUT/bench.log")"
+    2>&1 | tee "$L/bench.log" | tail -200; r=${PIPESTATUS[0]}
+  log "sonic_bench rc=$r: $(tail -1 "$L/bench.log")"
   [ $r -ne 0 ] && rc=1
   PYTHONUNBUFFERED=1 python3 bench/baselines.py --out "$OUT/h200.jsonl" --commit "$commit" --date "$day" \
-    ${SONIC_BASELINE_ARGS:-} 2>&1 | tee "$OUT/baselines.log" | tail -60
+    ${SONIC_BASELINE_ARGS:-} 2>&1 | tee "$L/baselines.log" | tail -60
   log "baselines rc=${PIPESTATUS[0]}"
   python3 bench/plot.py "$OUT/h200.jsonl" "$OUT/h200.png" --commit "$commit" >>"$OUT/summary.txt" 2>&1
+fi
+if [[ " $steps " == *" profile "* ]]; then
+  # Per-kernel durations (ncu, clocks left alone) of a few configurations.
+  for b in ${SONIC_PROFILE_B:-1 512}; do
+    ncu --clock-control none --metrics gpu__time_duration.sum -c 9 build-gpu/bench/sonic_bench \
+      --out /tmp/ncu_bench.jsonl --B $b --V 151936 --dtype fp32 --case ${SONIC_PROFILE_CASE:-homog-peaked} \
+      >"$L/ncu_B$b.log" 2>&1
+    echo "-- ncu B=$b" >>"$OUT/summary.txt"
+    grep -E "stage1_kernel|stage2_kernel|exact_sample_kernel|gpu__time_duration" "$L/ncu_B$b.log" | head -18 >>"$OUT/summary.txt"
+  done
 fi
 cat "$OUT/summary.txt"
 exit $rc

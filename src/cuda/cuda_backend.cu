@@ -120,6 +120,9 @@ namespace detail {
 std::unique_ptr<SamplerBackend> make_cuda_backend(const SamplerConfig& config) {
   if (!cuda_device_present())
     throw Error(ErrorCode::kUnsupported, "sonic: config.backend = cuda: no CUDA device is present");
+  if (config.vocab_size > cuda::kMaxVocab)
+    invalid_argument("config.vocab_size", std::to_string(config.vocab_size),
+                     "the CUDA backend takes at most " + std::to_string(cuda::kMaxVocab) + " tokens");
   SONIC_CUDA_CHECK(cudaSetDevice(config.device));
   return std::make_unique<CudaBackend>(config);
 }

@@ -34,6 +34,7 @@ constexpr int32_t kStage1Threads = 256;
 constexpr int32_t kTokensPerThread = kTile / kStage1Threads;
 constexpr int32_t kCandidateCap = 64;
 constexpr int32_t kCandidateAim = 16;
+constexpr int32_t kMaxVocab = 64 * kTile;  // stage 2 holds the statistics of 64 tiles
 
 // What stage 1 leaves for stage 2 about one (row, tile).
 struct TileStat {

@@ -35,7 +35,11 @@ struct ArgMaxDOp {
   }
 };
 
+constexpr int kMaxTiles = kMaxVocab / kTile;
+
 struct Shared {
+  TileStat stats[kMaxTiles];
+  int offset[kMaxTiles];
   union {
     cub::BlockReduce<ArgMaxD, kBlock>::TempStorage argmax;
     cub::BlockReduce<double, kBlock>::TempStorage f64;
@@ -92,16 +96,19 @@ __global__ void __launch_bounds__(kBlock) stage2_kernel(RowJob job) {
   const bool top_k_on = p.top_k > 0 && p.top_k < V;
   const bool truncated = !pro.greedy && (top_k_on || p.top_p < 1.0f || p.min_p > 0.0f);
 
-  // Merge the tiles (a handful of values each; every thread reads them all).
+  // Merge the tiles: one thread loads each tile's statistics into shared memory, then every
+  // thread reads them all from there.
+  for (int32_t i = threadIdx.x; i < tiles; i += kBlock) sh.stats[i] = stats[i];
+  __syncthreads();
   unsigned long long best = 0, bound = 0;
   int nan_seen = 0, valid = 0;
   float raw_max = -INFINITY;
   for (int32_t i = 0; i < tiles; ++i) {
-    best = max(best, stats[i].max_key);
-    bound = max(bound, stats[i].bound);
-    nan_seen |= stats[i].nan;
-    valid += stats[i].valid;
-    raw_max = fmaxf(raw_max, stats[i].raw_max);
+    best = max(best, sh.stats[i].max_key);
+    bound = max(bound, sh.stats[i].bound);
+    nan_seen |= sh.stats[i].nan;
+    valid += sh.stats[i].valid;
+    raw_max = fmaxf(raw_max, sh.stats[i].raw_max);
   }
   const float m = best ? detail::key_value(best) : -INFINITY;
   const bool want_lp = out.logprob != nullptr;
@@ -113,7 +120,7 @@ __global__ void __launch_bounds__(kBlock) stage2_kernel(RowJob job) {
 
   double sum_all = 0.0;  // sum of exp(z - m) over every valid token (where stage 1 computed it)
   for (int32_t i = 0; i < tiles; ++i)
-    if (stats[i].max_key) sum_all += static_cast<double>(stats[i].sum) * exp_rel(detail::key_value(stats[i].max_key), m);
+    if (sh.stats[i].max_key) sum_all += static_cast<double>(sh.stats[i].sum) * exp_rel(detail::key_value(sh.stats[i].max_key), m);
 
   if (threadIdx.x == 0) {
     sh.flag_exact = exact;
@@ -137,10 +144,10 @@ __global__ void __launch_bounds__(kBlock) stage2_kernel(RowJob job) {
       float s = 0.0f;
       int32_t tok = -1;
       for (int32_t i = 0; i < tiles; ++i) {
-        const int32_t t = stats[i].win_token;
+        const int32_t t = sh.stats[i].win_token;
         if (t < 0) continue;
-        if (tok < 0 || stats[i].win_score > s || (stats[i].win_score == s && t < tok)) {
-          s = stats[i].win_score;
+        if (tok < 0 || sh.stats[i].win_score > s || (sh.stats[i].win_score == s && t < tok)) {
+          s = sh.stats[i].win_score;
           tok = t;
         }
       }
@@ -149,16 +156,22 @@ __global__ void __launch_bounds__(kBlock) stage2_kernel(RowJob job) {
       sh.kept_sum = sum_all;
     }
   } else if (!exact) {
-    // Gather the candidates.
-    for (int32_t i = 0; i < tiles; ++i) {
-      const int n = stats[i].count;
-      const unsigned long long* src = job.fast.cands + (static_cast<int64_t>(r) * tiles + i) * kCandidateCap;
-      const int base = sh.n_cand;
-      for (int j = threadIdx.x; j < n; j += kBlock) cand[base + j] = src[j];
-      __syncthreads();
-      if (threadIdx.x == 0) sh.n_cand += n;
-      __syncthreads();
+    // Gather the candidates: offsets of each tile's run, then one parallel copy.
+    if (threadIdx.x == 0) {
+      int off = 0;
+      for (int32_t i = 0; i < tiles; ++i) {
+        sh.offset[i] = off;
+        off += sh.stats[i].count;
+      }
+      sh.n_cand = off;
     }
+    __syncthreads();
+    const unsigned long long* src = job.fast.cands + static_cast<int64_t>(r) * tiles * kCandidateCap;
+    for (int j = threadIdx.x; j < tiles * kCandidateCap; j += kBlock) {
+      const int i = j / kCandidateCap, at = j % kCandidateCap;
+      if (at < sh.stats[i].count) cand[sh.offset[i] + at] = src[j];
+    }
+    __syncthreads();
     const int n_cand = sh.n_cand;
     // Steps 6-7 as cuts on keys: survivors are the keys >= cut, then the top k of them.
     unsigned long long cut = (static_cast<unsigned long long>(detail::order_bits(-INFINITY)) + 1) << 32;
@@ -276,7 +289,8 @@ __global__ void __launch_bounds__(kBlock) stage2_kernel(RowJob job) {
       if (job.mode == LogprobMode::kRaw) {
         double raw_sum = 0.0;
         for (int32_t i = 0; i < tiles; ++i)
-          if (stats[i].raw_max > -INFINITY) raw_sum += static_cast<double>(stats[i].raw_sum) * exp_rel(stats[i].raw_max, raw_max);
+          if (sh.stats[i].raw_max > -INFINITY)
+            raw_sum += static_cast<double>(sh.stats[i].raw_sum) * exp_rel(sh.stats[i].raw_max, raw_max);
         const float x = detail::load_logit(row, job.dtype, token);
         lp = static_cast<float>(static_cast<double>(x) - static_cast<double>(raw_max) - log(raw_sum));
       } else if (job.mode == LogprobMode::kFinal && pro.greedy) {
