@@ -25,7 +25,7 @@ std::unique_ptr<SamplerBackend> make_backend(const SamplerConfig& config) {
     return detail::make_cuda_backend(resolved);
 #else
     throw Error(ErrorCode::kUnsupported,
-                "sonic: config.backend = cuda: this build has no CUDA backend (nvcc was not found)");
+                "sonic: config.backend = cuda: this build has no CUDA backend (built without nvcc or with SONIC_ENABLE_CUDA=OFF)");
 #endif
   }
   return detail::make_cpu_backend(resolved);
