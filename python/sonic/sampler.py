@@ -58,6 +58,15 @@ class VerifyResult(NamedTuple):
     top_logprobs: Any = None
 
 
+def _logits_rows(logits: Any) -> tuple:
+    """The allocator for outputs beside ``logits`` and its row count; ``logits`` must be 2-D."""
+    A.require_array(logits, "logits")
+    shp = A.shape(logits)
+    if len(shp) != 2:
+        raise ValueError(f"sonic: argument 'logits' must be 2-D [rows, vocab], got shape {shp}")
+    return A.Allocator(logits), shp[0]
+
+
 def _mode(logprobs: Any, top: bool) -> tuple:
     """(mode int, want logprob/rank) from the 'logprobs' argument."""
     if logprobs is None or logprobs is False:
@@ -269,12 +278,7 @@ class Sampler:
         the top-N when ``top_logprobs``). ``final_distribution`` returns the sparse kept set.
         ``stream`` defaults to the caller's current stream (torch/cupy) for device arrays.
         """
-        A.require_array(logits, "logits")
-        alloc = A.Allocator(logits)
-        shp = A.shape(logits)
-        if len(shp) != 2:
-            raise ValueError(f"sonic: argument 'logits' must be 2-D [rows, vocab], got shape {shp}")
-        R = shp[0]
+        alloc, R = _logits_rows(logits)
         mode, want_lp = _mode(logprobs, bool(top_logprobs))
         c = self._config
         slots = alloc.as_input(slots, "slots")
@@ -359,12 +363,7 @@ class Sampler:
         float32 are dense draft distributions; ``draft_sparse`` is (ids, probs, count) or a
         SampleResult with the final distribution, packed like the drafts.
         """
-        A.require_array(logits, "logits")
-        alloc = A.Allocator(logits)
-        shp = A.shape(logits)
-        if len(shp) != 2:
-            raise ValueError(f"sonic: argument 'logits' must be 2-D [rows, vocab], got shape {shp}")
-        rows = shp[0]
+        alloc, rows = _logits_rows(logits)
         mode, want_lp = _mode(logprobs, bool(top_logprobs))
         c = self._config
 

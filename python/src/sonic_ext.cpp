@@ -218,6 +218,15 @@ sonic::LogprobMode to_mode(int mode) {
   return static_cast<sonic::LogprobMode>(mode);
 }
 
+sonic::CallOptions call_options(int mode, bool advance_step, bool append_to_history, uintptr_t stream) {
+  sonic::CallOptions opt;
+  opt.logprob_mode = to_mode(mode);
+  opt.advance_step = advance_step;
+  opt.append_to_history = append_to_history;
+  opt.stream = as_stream(stream);
+  return opt;
+}
+
 // Fills a BitmaskView from optional bitmask [rows, words] int32 and bitmask_index [n] int32.
 sonic::BitmaskView make_bitmask(const Binding& b, const InArray& bitmask,
                                 const InArray& bitmask_index, int64_t call_rows) {
@@ -434,11 +443,7 @@ NB_MODULE(_sonic, m) {
               o.final_count = out_ptr<int32_t>(b, final_count, "final_count", Elem::kI32, 1, R);
               o.final_stride = n;
             }
-            sonic::CallOptions opt;
-            opt.logprob_mode = to_mode(mode);
-            opt.advance_step = advance_step;
-            opt.append_to_history = append_to_history;
-            opt.stream = as_stream(stream);
+            const sonic::CallOptions opt = call_options(mode, advance_step, append_to_history, stream);
             nb::gil_scoped_release release;
             b.sampler().sample(lv, slot_ids, mv, o, opt);
           },
@@ -516,11 +521,7 @@ NB_MODULE(_sonic, m) {
                   out_ptr<float>(b, top_logprobs, "top_logprobs", Elem::kF32, 3, B, w, n);
               o.top_stride = n;
             }
-            sonic::CallOptions opt;
-            opt.logprob_mode = to_mode(mode);
-            opt.advance_step = advance_step;
-            opt.append_to_history = append_to_history;
-            opt.stream = as_stream(stream);
+            const sonic::CallOptions opt = call_options(mode, advance_step, append_to_history, stream);
             nb::gil_scoped_release release;
             b.sampler().verify(lv, in, mv, o, opt);
           },
