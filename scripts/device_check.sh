@@ -54,7 +54,7 @@ if [[ " $steps " == *" bench "* ]]; then
     2>&1 | tee "$L/bench.log" | tail -200; r=${PIPESTATUS[0]}
   log "sonic_bench rc=$r: $(tail -1 "$L/bench.log")"
   [ $r -ne 0 ] && rc=1
-  PYTHONUNBUFFERED=1 python3 bench/baselines.py --out "$OUT/h200.jsonl" --commit "$commit" --date "$day" \
+  [ -n "${SONIC_SKIP_BASELINES:-}" ] || PYTHONUNBUFFERED=1 python3 bench/baselines.py --out "$OUT/h200.jsonl" --commit "$commit" --date "$day" \
     ${SONIC_BASELINE_ARGS:-} 2>&1 | tee "$L/baselines.log" | tail -60
   log "baselines rc=${PIPESTATUS[0]}"
   python3 bench/plot.py "$OUT/h200.jsonl" "$OUT/h200.png" --commit "$commit" >>"$OUT/summary.txt" 2>&1
@@ -66,8 +66,18 @@ if [[ " $steps " == *" profile "* ]]; then
       --out /tmp/ncu_bench.jsonl --B $b --V 151936 --dtype fp32 --case ${SONIC_PROFILE_CASE:-homog-peaked} \
       >"$L/ncu_B$b.log" 2>&1
     echo "-- ncu B=$b" >>"$OUT/summary.txt"
-    grep -E "stage1_kernel|stage2_kernel|exact_sample_kernel|gpu__time_duration" "$L/ncu_B$b.log" | head -18 >>"$OUT/summary.txt"
+    grep -E "fast_sample_kernel|exact_sample_kernel|gpu__time_duration" "$L/ncu_B$b.log" | head -18 >>"$OUT/summary.txt"
   done
+fi
+if [[ " $steps " == *" ncu "* ]]; then
+  # Why the fast kernel takes what it takes: throughput, occupancy, stall reasons (one launch).
+  ncu --clock-control none -k regex:fast_sample -s 2 -c 1 --section SpeedOfLight --section Occupancy \
+    --section LaunchStats --section WarpStateStats --section SchedulerStats build-gpu/bench/sonic_bench \
+    --out /tmp/ncu_detail.jsonl --B ${SONIC_NCU_B:-512} --V 151936 --dtype fp32 --case ${SONIC_PROFILE_CASE:-homog-peaked} \
+    >"$L/ncu_detail.log" 2>&1
+  echo "-- ncu detail" >>"$OUT/summary.txt"
+  grep -E "Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Block Limit|Stall|Issue Slot|Eligible|Waves|Dynamic Shared|Warp Cycles" \
+    "$L/ncu_detail.log" | head -40 >>"$OUT/summary.txt"
 fi
 cat "$OUT/summary.txt"
 exit $rc

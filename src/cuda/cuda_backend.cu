@@ -33,13 +33,18 @@ class CudaBackend final : public SamplerBackend {
     tiles_ = (config.vocab_size + cuda::kTile - 1) / cuda::kTile;
     SONIC_CUDA_CHECK(cudaMalloc(&z_, rows * config.vocab_size * sizeof(float)));
     SONIC_CUDA_CHECK(cudaMalloc(&stats_, rows * tiles_ * sizeof(cuda::TileStat)));
-    SONIC_CUDA_CHECK(cudaMalloc(&cands_, rows * tiles_ * cuda::kCandidateCap * sizeof(unsigned long long)));
+    SONIC_CUDA_CHECK(cudaMalloc(&cands_, rows * tiles_ * cuda::kTileCandidates * sizeof(unsigned long long)));
+    // Counters: [0, rows) candidates appended, [rows, 2 rows) tiles done, then the exact kernel's
+    // rows done. Zero between calls: the kernels reset what they count.
+    SONIC_CUDA_CHECK(cudaMalloc(&counters_, (2 * rows + 1) * sizeof(int32_t)));
+    SONIC_CUDA_CHECK(cudaMemset(counters_, 0, (2 * rows + 1) * sizeof(int32_t)));
     SONIC_CUDA_CHECK(cudaMalloc(&exact_flags_, rows * sizeof(int32_t)));
   }
   ~CudaBackend() override {
     cudaFree(z_);
     cudaFree(stats_);
     cudaFree(cands_);
+    cudaFree(counters_);
     cudaFree(exact_flags_);
   }
 
@@ -85,7 +90,9 @@ class CudaBackend final : public SamplerBackend {
     job.bitmask_index = bitmask.row_index;
     job.table = table_.view();
     job.z = z_;
-    job.fast = cuda::FastScratch{stats_, cands_, exact_flags_, tiles_};
+    const int64_t max_rows = config_.max_rows;
+    job.fast = cuda::FastScratch{stats_,           cands_, counters_, counters_ + max_rows, exact_flags_,
+                                 counters_ + 2 * max_rows, tiles_};
     job.out = cuda::RowOutputs{out.tokens,     out.status,       out.logprob,     out.rank,
                                out.top_ids,    out.top_logprobs, out.top_stride,  out.final_ids,
                                out.final_probs, out.final_count, out.final_stride, config_.max_final_entries};
@@ -93,7 +100,8 @@ class CudaBackend final : public SamplerBackend {
     job.advance_step = options.advance_step;
     job.append_to_history = options.append_to_history;
     const cudaStream_t stream = static_cast<cudaStream_t>(options.stream);
-    // Stage 1 + stage 2 settle most rows; the exact path takes the rows they flag, on the device.
+    // Stage 1 + stage 2 settle most rows; the exact path takes the rows they flag, on the device,
+    // then commits every row's state.
     cuda::launch_fast_sample(job, stream);
     job.exact_flags = exact_flags_;
     cuda::launch_exact_sample(job, stream);
@@ -111,6 +119,7 @@ class CudaBackend final : public SamplerBackend {
   int32_t tiles_ = 0;
   cuda::TileStat* stats_ = nullptr;
   unsigned long long* cands_ = nullptr;
+  int32_t* counters_ = nullptr;
   int32_t* exact_flags_ = nullptr;
 };
 

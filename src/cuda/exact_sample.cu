@@ -206,10 +206,8 @@ __device__ void write_logprobs(const RowJob& job, int32_t r, int32_t token, int3
   __syncthreads();
 }
 
-__global__ void __launch_bounds__(kBlock) exact_sample_kernel(RowJob job) {
-  __shared__ Shared sh;
-  extern __shared__ unsigned long long gathered[];  // final distribution, final_capacity keys
-  const int32_t r = blockIdx.x;
+// Row r by the exact path, if the fast path flagged it. Outputs only; the state is committed later.
+__device__ void exact_row(const RowJob& job, int32_t r, Shared& sh, unsigned long long* gathered) {
   const SlotTableView& tab = job.table;
   const int32_t V = tab.vocab_size;
 
@@ -372,13 +370,43 @@ __global__ void __launch_bounds__(kBlock) exact_sample_kernel(RowJob job) {
     if (threadIdx.x == 0) out.final_count[r] = kept;
   }
 
-  // State: the emitted token joins the history, the step advances.
   if (threadIdx.x == 0) {
-    if (job.append_to_history && token >= 0 && !history_append(tab, slot, token)) status |= kStatusHistoryFull;
-    if (job.advance_step) tab.step[slot] = step + 1;
     out.tokens[r] = token;
     if (out.status) out.status[r] = status;
   }
+}
+
+// The state updates of every row of the call, once every row has read the state: the emitted token
+// joins the slot's history and the slot's step advances (once per row naming it).
+__device__ void commit_rows(const RowJob& job) {
+  const SlotTableView& tab = job.table;
+  for (int32_t r = threadIdx.x; r < job.rows; r += kBlock) {
+    int32_t slot;
+    const int32_t* mask;
+    if (!resolve_row(tab, job.slots, r, job.bitmask, job.bitmask_rows, job.bitmask_stride, job.bitmask_index,
+                     &slot, &mask))
+      continue;
+    const int32_t token = __ldcg(job.out.tokens + r);
+    if (job.append_to_history && token >= 0 && !history_append(tab, slot, token) && job.out.status)
+      job.out.status[r] = __ldcg(job.out.status + r) | kStatusHistoryFull;
+    if (job.advance_step) atomicAdd(reinterpret_cast<unsigned long long*>(tab.step + slot), 1ull);
+  }
+}
+
+__global__ void __launch_bounds__(kBlock) exact_sample_kernel(RowJob job) {
+  __shared__ Shared sh;
+  __shared__ int last;
+  extern __shared__ unsigned long long gathered[];  // final distribution, final_capacity keys
+  exact_row(job, blockIdx.x, sh, gathered);
+  // The last block to finish commits the state of every row.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(job.fast.rows_done, 1) == static_cast<int>(gridDim.x) - 1;
+    if (last) *job.fast.rows_done = 0;
+  }
+  __syncthreads();
+  if (last) commit_rows(job);
 }
 
 }  // namespace

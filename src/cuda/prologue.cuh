@@ -15,6 +15,7 @@ struct RowPrologue {
   const int32_t* mask;  // grammar bitmask row, or null
   bool greedy;
   bool penalised;
+  bool has_rules;  // any of steps 1-4 can change a logit
 
   __device__ void init(const SlotTableView& tab, int32_t slot_id, const int32_t* mask_row) {
     slot = slot_id;
@@ -22,10 +23,17 @@ struct RowPrologue {
     mask = mask_row;
     greedy = p.temperature == 0.0f;
     penalised = p.repetition != 1.0f || p.frequency != 0.0f || p.presence != 0.0f;
+    has_rules = mask != nullptr || p.list_count > 0 || penalised;
   }
 
   // x_t (input logit, NaN already turned into -inf) -> z_t (greedy rows: x_t after steps 1-4).
   __device__ __forceinline__ float apply(const SlotTableView& tab, int32_t t, float x) const {
+    x = rules(tab, t, x);
+    return greedy ? x : detail::apply_temperature(x, p.temperature);
+  }
+
+  // Steps 1-4 only: x_t -> x_t after the bitmask, the token lists and the penalties.
+  __device__ __forceinline__ float rules(const SlotTableView& tab, int32_t t, float x) const {
     if (mask && !detail::bitmask_allows(mask, t)) return -INFINITY;
     float bias = 0.0f;
     if (p.list_count > 0) {
@@ -44,8 +52,7 @@ struct RowPrologue {
       in_scope = (p.flags & kSlotRepetitionOutputOnly) ? h.output > 0 : h.prompt + h.output > 0;
       count = h.output + ((p.flags & kSlotPenaltiesIncludePrompt) ? h.prompt : 0);
     }
-    x = detail::adjust_logit(x, bias, in_scope, count, detail::Penalties{p.repetition, p.frequency, p.presence});
-    return greedy ? x : detail::apply_temperature(x, p.temperature);
+    return detail::adjust_logit(x, bias, in_scope, count, detail::Penalties{p.repetition, p.frequency, p.presence});
   }
 };
 

@@ -26,34 +26,41 @@ struct RowOutputs {
   int32_t final_capacity;
 };
 
-// The fast path's fixed shapes: a block of 256 threads takes a tile of 4096 tokens (16 each) and
-// keeps up to 64 candidates, aiming for 16: a tile rarely holds more than a few of a row's kept
-// tokens, and the coverage check in stage 2 catches the rows where one does.
+// The fast path's fixed shapes. A block of 128 threads takes a tile of 4096 tokens; each warp screens
+// 1024 of them (32 a lane) on its own. Every lane keeps its two largest keys; the warp and then the
+// block keep those above the largest key any lane had to leave out (the tile's bound), a few per warp
+// on real distributions. Stage 2 proves from the bounds that these candidates hold the kept set.
 constexpr int32_t kTile = 4096;
-constexpr int32_t kStage1Threads = 256;
-constexpr int32_t kTokensPerThread = kTile / kStage1Threads;
-constexpr int32_t kCandidateCap = 64;
-constexpr int32_t kCandidateAim = 16;
-constexpr int32_t kMaxVocab = 64 * kTile;  // stage 2 holds the statistics of 64 tiles
+constexpr int32_t kFastThreads = 128;
+constexpr int32_t kFastWarps = kFastThreads / 32;
+constexpr int32_t kWarpTokens = kTile / kFastWarps;
+constexpr int32_t kLaneTokens = kWarpTokens / 32;
+constexpr int32_t kTileCandidates = 2 * kFastThreads;  // at most two a lane
+constexpr int32_t kMaxVocab = 64 * kTile;              // stage 2 merges at most 64 tiles (two a lane)
 
-// What stage 1 leaves for stage 2 about one (row, tile).
-struct TileStat {
-  unsigned long long max_key;  // largest packed key of z in the tile (0: no valid token)
-  unsigned long long bound;    // every valid token not among the candidates has a key < bound
-  float sum;                   // sum of exp(z - tile max) over valid tokens (rows that need it)
+// What stage 1 leaves for stage 2 about one (row, tile). Keys are packed (value, id) keys of the
+// logits after steps 1-4 (before temperature, which preserves their order): stage 2 divides the
+// few it keeps.
+struct alignas(16) TileStat {
+  unsigned long long max_key;  // largest key in the tile (0: no valid token)
+  unsigned long long bound;    // every valid token that is not a candidate has a key < bound
+  float sum;                   // sum of exp((x - tile max) / T) (T = 1 for greedy rows), if needed
   float raw_max;               // raw logits (raw logprob mode): max and sum of exp(x - max)
   float raw_sum;
   float win_score;             // untruncated random rows: the tile's best z + G
   int32_t win_token;
-  int32_t count;               // candidates written
-  int32_t valid;               // tokens with z > -inf
+  int32_t valid;               // tokens with a finite or +inf value
   int32_t nan;
+  int32_t pad;
 };
 
 struct FastScratch {
   TileStat* stats;              // [rows, tiles]
-  unsigned long long* cands;    // [rows, tiles, kCandidateCap] packed keys, unsorted
+  unsigned long long* cands;    // [rows, tiles * kTileCandidates] packed keys, unordered
+  int32_t* cand_count;          // [rows] keys appended to the row's list (reset by stage 2)
+  int32_t* tiles_done;          // [rows] tiles finished (the last one runs stage 2 and resets it)
   int32_t* exact_flags;         // [rows] 1: stage 2 could not settle the row exactly
+  int32_t* rows_done;           // [1] rows finished by the exact kernel (its last block commits)
   int32_t tiles;
 };
 
@@ -77,11 +84,13 @@ struct RowJob {
   bool append_to_history;
 };
 
-// The exact sampler: one block a row, every rule of SPEC.md section 2 by full passes over the row.
-void launch_exact_sample(const RowJob& job, cudaStream_t stream);
-
-// The fast path: stage 1 (row x tile) and stage 2 (row); rows it cannot settle are flagged in
-// job.fast.exact_flags for launch_exact_sample.
+// The fast path, one kernel: stage 1 on every (tile, row), stage 2 in the last block of each row to
+// finish. Rows it cannot settle are flagged in job.fast.exact_flags. Reads the request table only.
 void launch_fast_sample(const RowJob& job, cudaStream_t stream);
+
+// The exact sampler over the flagged rows (one block a row, every rule of SPEC.md section 2 by full
+// passes over the row), then the state updates of every row of the call: its last block to finish
+// appends the emitted tokens to the histories and advances the steps, after every row has read them.
+void launch_exact_sample(const RowJob& job, cudaStream_t stream);
 
 }  // namespace sonic::cuda

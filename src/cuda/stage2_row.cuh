@@ -1,0 +1,398 @@
+// Stage 2 of the fast path, run by the last block of a row to finish stage 1. Merges the tiles'
+// statistics; for truncated rows gathers the candidates at or above the row's bound (the largest
+// tile bound), divides them by T and sorts them. Every token outside that set lies at or below the
+// bound's value, so the set's tokens with z above z(bound) are exactly the row's first n tokens in
+// the total order (a true prefix). Steps 6-8 (min-p, top-k, both top-p rules) are decided on that
+// prefix when it holds the kept set, and the row is sampled by Gumbel-max with the noise in double,
+// as the reference does. Rows it cannot settle (kept set beyond the prefix, +inf or no valid logits,
+// rank or top-N outputs) are flagged for the exact path. It writes outputs, never the request table.
+#pragma once
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+
+#include "common/random.hpp"
+#include "common/token_rules.hpp"
+#include "cuda/row_outputs.cuh"
+#include "cuda/stage1_tile.cuh"
+
+namespace sonic::cuda {
+
+constexpr int32_t kGatherCap = 768;  // keys of a row's prefix sorted in shared memory
+constexpr int kScanItems = kGatherCap / kFastThreads;
+constexpr int32_t kTopKSlack = 16;   // top-k rows sort about k + kTopKSlack keys (rounding margin)
+
+struct ArgMaxD {
+  double score;
+  int32_t token;
+};
+struct ArgMaxDOp {
+  __device__ ArgMaxD operator()(const ArgMaxD& a, const ArgMaxD& b) const {
+    if (a.token < 0) return b;
+    if (b.token < 0) return a;
+    if (a.score != b.score) return a.score > b.score ? a : b;
+    return a.token < b.token ? a : b;
+  }
+};
+
+struct Stage2Shared {
+  union {
+    cub::BlockScan<double, kFastThreads>::TempStorage scan;
+    cub::BlockReduce<ArgMaxD, kFastThreads>::TempStorage argmax;
+  } temp;
+  unsigned long long gathered[kGatherCap];
+  unsigned long long sorted[kGatherCap];  // z keys, descending
+  double cum[kGatherCap];                 // inclusive sums of exp(z - z_max) along `sorted`
+  unsigned long long max_key;             // x keys
+  unsigned long long bound;
+  double sum_all;  // sum of exp(z - z_max) over every valid token (when stage 1 computed it)
+  double raw_sum;
+  float raw_max;
+  ArgMaxF win;
+  int32_t valid;
+  int32_t nan;
+  int32_t n_all;
+  int32_t n;
+  int32_t flag_exact;
+  int32_t token;
+  int32_t kept;
+  double kept_sum;
+  int32_t hist[kFastThreads];
+  float tau;
+};
+
+__device__ __forceinline__ TileStat load_stat(const TileStat* p) {
+  TileStat t;
+  const uint4* src = reinterpret_cast<const uint4*>(p);
+  uint4* dst = reinterpret_cast<uint4*>(&t);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(TileStat) / 16); ++i) dst[i] = __ldcg(src + i);  // L2: other blocks wrote it
+  return t;
+}
+
+__device__ __forceinline__ double warp_sum_f64(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  return v;
+}
+
+// Warp 0 merges the row's tile statistics into `sh` (at most 64 tiles, two a lane).
+__device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const RowKind& k, Stage2Shared& sh) {
+  const int lane = threadIdx.x & 31;
+  const int32_t tiles = job.fast.tiles;
+  const TileStat* stats = job.fast.stats + static_cast<int64_t>(r) * tiles;
+  TileStat t[2];
+  bool have[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    have[h] = lane + 32 * h < tiles;
+    if (have[h]) t[h] = load_stat(stats + lane + 32 * h);
+  }
+  unsigned long long max_key = 0, bound = 0;
+  int valid = 0, nan = 0;
+  float raw_max = -INFINITY;
+  ArgMaxF win{0.0f, -1};
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    if (have[h]) {
+      max_key = max(max_key, t[h].max_key);
+      bound = max(bound, t[h].bound);
+      valid += t[h].valid;
+      nan |= t[h].nan;
+      raw_max = fmaxf(raw_max, t[h].raw_max);
+      win = better(win, ArgMaxF{t[h].win_score, t[h].win_token});
+    }
+  max_key = warp_max_u64(max_key);
+  bound = warp_max_u64(bound);
+  valid = warp_sum_i32(valid);
+  nan = __any_sync(0xFFFFFFFFu, nan);
+  raw_max = warp_max_f32(raw_max);
+  win = warp_best(win);
+  const float m = max_key ? detail::key_value(max_key) : -INFINITY;
+  double sum = 0.0, raw_sum = 0.0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    if (have[h]) {
+      if (k.need_sum && t[h].max_key && m > -INFINITY && m < INFINITY)
+        sum += static_cast<double>(t[h].sum) * exp(static_cast<double>((detail::key_value(t[h].max_key) - m) * k.inv_t));
+      if (k.need_raw && t[h].raw_max > -INFINITY && raw_max < INFINITY)
+        raw_sum += static_cast<double>(t[h].raw_sum) * exp(static_cast<double>(t[h].raw_max) - static_cast<double>(raw_max));
+    }
+  sum = warp_sum_f64(sum);
+  raw_sum = warp_sum_f64(raw_sum);
+  if (lane == 0) {
+    sh.max_key = max_key;
+    sh.bound = bound;
+    sh.valid = valid;
+    sh.nan = nan;
+    sh.raw_max = raw_max;
+    sh.win = win;
+    sh.sum_all = sum;
+    sh.raw_sum = raw_sum;
+    sh.n_all = __ldcg(job.fast.cand_count + r);
+    sh.n = 0;
+    // Every tile of the row is done: reset the counters for the next call.
+    job.fast.cand_count[r] = 0;
+    job.fast.tiles_done[r] = 0;
+  }
+}
+
+// Steps 6-8 on the sorted prefix sh.sorted[0, n) of the row's total order (every other valid token
+// has z <= zl < every prefix z). Returns the size of the kept set (a prefix), or -1 when the kept set
+// or a quantity that decides it lies beyond the prefix.
+__device__ __forceinline__ int decide_kept(const SlotParams& p, int32_t V, float zm, float zl, int n, int valid,
+                                           const Stage2Shared& sh) {
+  if (n == 0) return -1;
+  const bool complete = n == valid;  // the prefix is the whole row
+  const bool top_k_on = p.top_k > 0 && p.top_k < V;
+  auto z_at = [&](int i) { return detail::key_value(sh.sorted[i]); };
+  // First index in [0, n) whose z is below c (the prefix is sorted by z descending).
+  auto count_at_least = [&](float c) {
+    int lo = 0, hi = n;
+    while (lo < hi) {
+      const int mid = (lo + hi) >> 1;
+      if (z_at(mid) >= c) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+  };
+  // First index in [0, lim) whose cumulative mass reaches target, or lim.
+  auto crossing = [&](double target, int lim) {
+    int lo = 0, hi = lim;
+    while (lo < hi) {
+      const int mid = (lo + hi) >> 1;
+      if (sh.cum[mid] >= target) hi = mid; else lo = mid + 1;
+    }
+    return lo;
+  };
+  // Step 6: the survivors of min-p, a prefix of `surv` tokens (known when its end is inside the
+  // prefix, or when nothing beyond the prefix can reach the cut).
+  int surv = valid;
+  bool surv_known = true;
+  if (p.min_p > 0.0f) {
+    const float cut = __double2float_ru(static_cast<double>(zm) + log(static_cast<double>(p.min_p)));
+    const int c = count_at_least(cut);
+    if (c < n || complete || cut > zl) surv = c;
+    else surv_known = false;  // at least n
+  }
+  // Step 7.
+  int keep = surv;
+  bool keep_known = surv_known;
+  if (top_k_on) {
+    if (surv_known) keep = min(p.top_k, surv);
+    else if (p.top_k <= n) keep = p.top_k, keep_known = true;
+  }
+  if (p.top_p >= 1.0f) return keep_known && keep <= n ? keep : -1;
+  // Step 8.
+  const bool joint = p.flags & kSlotTopPJoint;
+  const bool all_survive = p.min_p <= 0.0f && !top_k_on;
+  double total;
+  if (joint || all_survive) total = sh.sum_all;
+  else if (keep_known && keep <= n) total = sh.cum[keep - 1];
+  else return -1;
+  const double target = static_cast<double>(p.top_p) * total;
+  if (joint || all_survive) {
+    int x = crossing(target, n);
+    if (x == n) {
+      if (keep_known && keep <= n) return keep;  // min-p / top-k end the kept set first
+      if (!complete) return -1;                   // the crossing lies beyond the prefix
+      x = n - 1;                                  // rounding: every token
+    }
+    const int kept = x + 1;
+    return keep_known ? min(kept, keep) : kept;  // unknown keep is >= n >= kept
+  }
+  const int x = crossing(target, keep);
+  return x == keep ? keep : x + 1;
+}
+
+// Stage 2 for row r (the whole block).
+__device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const RowPrologue& pro, const RowKind& k,
+                           Stage2Shared& sh) {
+  const SlotTableView& tab = job.table;
+  const int32_t V = tab.vocab_size;
+  const RowOutputs& out = job.out;
+  const SlotParams& p = pro.p;
+  const int tid = threadIdx.x;
+  if (tid < 32) merge_tiles(job, r, k, sh);
+  __syncthreads();
+
+  const unsigned long long max_key = sh.max_key;
+  const float mx = max_key ? detail::key_value(max_key) : -INFINITY;
+  const bool want_lp = out.logprob != nullptr;
+  bool exact = max_key == 0 || mx == INFINITY || out.rank != nullptr || (out.top_ids != nullptr && p.top_n > 0) ||
+               (want_lp && job.mode == LogprobMode::kRaw && !(sh.raw_max > -INFINITY && sh.raw_max < INFINITY));
+  if (k.untruncated && ((out.final_ids && sh.valid <= out.final_capacity) || sh.win.token < 0)) exact = true;
+  const float T = p.temperature;
+  const float zm = pro.greedy ? mx : detail::apply_temperature(mx, T);
+
+  int kept = 0;
+  double kept_sum = 1.0;
+  int32_t token = -1;
+  if (!exact && pro.greedy) {
+    token = detail::key_token(max_key);
+    kept = 1;
+    if (tid == 0) sh.sorted[0] = max_key;
+  } else if (!exact && k.untruncated) {
+    token = sh.win.token;
+    kept = sh.valid;
+    kept_sum = sh.sum_all;
+  } else if (!exact) {
+    const unsigned long long bound = sh.bound;
+    const int n_all = sh.n_all;
+    const unsigned long long* list = job.fast.cands + static_cast<int64_t>(r) * job.fast.tiles * kTileCandidates;
+    constexpr int kBatch = 4;
+    auto for_each_candidate = [&](auto&& f) {  // every listed key at or above the row's bound
+      for (int base = tid; base < n_all; base += kBatch * kFastThreads) {
+        unsigned long long key[kBatch];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const int j = base + b * kFastThreads;
+          key[b] = j < n_all ? __ldcg(list + j) : 0ull;
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b)
+          if (kept_by(key[b], bound)) f(key[b]);
+      }
+    };
+    // Every token outside the list lies at or below xb. Any tau >= xb in x gives a true prefix: the
+    // listed tokens with z > z(tau). Top-k rows raise tau so that about k + kTopKSlack keys remain,
+    // from a histogram of the candidates' distances below the maximum.
+    const float xb = bound ? detail::key_value(bound) : -INFINITY;
+    float tau = xb;
+    const bool top_k_on = p.top_k > 0 && p.top_k < V;
+    if (top_k_on && bound && n_all > 2 * p.top_k + 64 && mx - xb > 0.0f) {
+      sh.hist[tid] = 0;
+      __syncthreads();
+      const float scale = static_cast<float>(kFastThreads) / (mx - xb);
+      for_each_candidate([&](unsigned long long key) {
+        const float d = (mx - detail::key_value(key)) * scale;
+        atomicAdd(&sh.hist[min(kFastThreads - 1, static_cast<int>(d))], 1);
+      });
+      __syncthreads();
+      if (tid == 0) {
+        float t = xb;
+        int cum = 0;
+        for (int b = 0; b < kFastThreads; ++b) {
+          cum += sh.hist[b];
+          if (cum >= p.top_k + kTopKSlack) {
+            t = mx - static_cast<float>(b + 1) / scale;
+            break;
+          }
+        }
+        sh.tau = fmaxf(t, xb);
+      }
+      __syncthreads();
+      tau = sh.tau;
+    }
+    const float zl = tau > -INFINITY ? detail::apply_temperature(tau, T) : -INFINITY;
+    // Min-p: tokens below the cut never survive, so the prefix stops there too.
+    const float cut = p.min_p > 0.0f ? __double2float_ru(static_cast<double>(zm) + log(static_cast<double>(p.min_p)))
+                                     : -INFINITY;
+    // Gather the prefix as z keys.
+    for_each_candidate([&](unsigned long long key) {
+      const float z = detail::apply_temperature(detail::key_value(key), T);
+      if (!(z > zl) || z < cut) return;
+      const int at = atomicAdd(&sh.n, 1);
+      if (at < kGatherCap) sh.gathered[at] = detail::pack_key(z, detail::key_token(key));
+    });
+    __syncthreads();
+    const int n = sh.n;
+    if (n > kGatherCap) {
+      exact = true;
+    } else {
+      // Sort by rank: keys are distinct, so each key's rank is the number of larger keys.
+      for (int i = tid; i < n; i += kFastThreads) {
+        const unsigned long long key = sh.gathered[i];
+        int pos = 0;
+        for (int j = 0; j < n; ++j) pos += sh.gathered[j] > key;
+        sh.sorted[pos] = key;
+      }
+      __syncthreads();
+      double e[kScanItems];
+#pragma unroll
+      for (int q = 0; q < kScanItems; ++q) {
+        const int i = tid * kScanItems + q;
+        e[q] = i < n ? exp(static_cast<double>(detail::key_value(sh.sorted[i])) - static_cast<double>(zm)) : 0.0;
+      }
+      cub::BlockScan<double, kFastThreads>(sh.temp.scan).InclusiveSum(e, e);
+#pragma unroll
+      for (int q = 0; q < kScanItems; ++q) {
+        const int i = tid * kScanItems + q;
+        if (i < n) sh.cum[i] = e[q];
+      }
+      __syncthreads();
+      if (tid == 0) sh.kept = decide_kept(p, V, zm, zl, n, sh.valid, sh);
+      __syncthreads();
+      kept = sh.kept;
+      if (kept <= 0) {
+        exact = true;
+      } else {
+        kept_sum = sh.cum[kept - 1];
+        // Gumbel-max over the kept set, noise in double exactly as the reference draws it.
+        const uint32_t purpose = detail::purpose(detail::Draw::kSampling, 0);
+        const uint64_t step = tab.step[slot];
+        ArgMaxD local{0.0, -1};
+        for (int i = tid; i < kept; i += kFastThreads) {
+          const int32_t t = detail::key_token(sh.sorted[i]);
+          const double g = detail::gumbel_from_uniform_exact(
+              detail::uniform_from_word(detail::random_word(p.seed, step, purpose, static_cast<uint32_t>(t))));
+          local = ArgMaxDOp()(local, ArgMaxD{static_cast<double>(detail::key_value(sh.sorted[i])) + g, t});
+        }
+        const ArgMaxD w = cub::BlockReduce<ArgMaxD, kFastThreads>(sh.temp.argmax).Reduce(local, ArgMaxDOp());
+        if (tid == 0) sh.token = w.token;
+        __syncthreads();
+        token = sh.token;
+      }
+    }
+  }
+  if (exact) {
+    if (tid == 0) job.fast.exact_flags[r] = 1;
+    return;
+  }
+  __syncthreads();  // sh.sorted[0] of greedy rows
+
+  // Outputs of a settled row.
+  if (out.final_ids) {
+    int32_t* ids = out.final_ids + r * out.final_stride;
+    float* probs = out.final_probs + r * out.final_stride;
+    const bool fits = kept <= out.final_capacity;
+    for (int64_t i = tid; i < out.final_stride; i += kFastThreads) {
+      const bool have = fits && i < kept;
+      ids[i] = have ? detail::key_token(sh.sorted[i]) : -1;
+      float prob = 0.0f;
+      if (have)
+        prob = pro.greedy ? 1.0f
+                          : static_cast<float>(exp(static_cast<double>(detail::key_value(sh.sorted[i])) - static_cast<double>(zm)) /
+                                               kept_sum);
+      probs[i] = prob;
+    }
+  }
+  if (out.top_ids)  // every row here has top_n == 0: padding only
+    for (int64_t i = tid; i < out.top_stride; i += kFastThreads) {
+      out.top_ids[r * out.top_stride + i] = -1;
+      out.top_logprobs[r * out.top_stride + i] = -INFINITY;
+    }
+  if (tid == 0) {
+    if (out.logprob) {
+      float lp = 0.0f;
+      const size_t elem = job.dtype == DType::kF32 ? 4 : 2;
+      const void* row = static_cast<const char*>(job.logits) + r * job.row_stride * elem;
+      const float x = detail::load_logit(row, job.dtype, token);
+      if (job.mode == LogprobMode::kRaw) {
+        lp = static_cast<float>(static_cast<double>(x) - static_cast<double>(sh.raw_max) - log(sh.raw_sum));
+      } else if (job.mode == LogprobMode::kFinal && pro.greedy) {
+        lp = 0.0f;
+      } else {
+        const float zt = pro.apply(tab, token, detail::is_nan(x) ? -INFINITY : x);
+        const double norm = job.mode == LogprobMode::kFinal && k.truncated ? kept_sum : sh.sum_all;
+        lp = static_cast<float>(static_cast<double>(zt) - static_cast<double>(zm) - log(norm));
+      }
+      out.logprob[r] = lp;
+    }
+    if (out.final_count) out.final_count[r] = kept;
+    out.tokens[r] = token;
+    if (out.status) out.status[r] = sh.nan ? kStatusNaN : 0;
+    job.fast.exact_flags[r] = 0;
+  }
+}
+
+}  // namespace sonic::cuda
