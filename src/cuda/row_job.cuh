@@ -27,15 +27,15 @@ struct RowOutputs {
 };
 
 // The fast path's fixed shapes. A block of 128 threads takes a tile of 4096 tokens; each warp screens
-// 1024 of them (32 a lane) on its own. Every lane keeps its two largest keys; the warp and then the
-// block keep those above the largest key any lane had to leave out (the tile's bound), a few per warp
-// on real distributions. Stage 2 proves from the bounds that these candidates hold the kept set.
+// 1024 of them (32 a lane) on its own. Every lane keeps its three largest keys; the block keeps those
+// above the largest value any lane had to leave out (the tile's bound), a few per warp on real
+// distributions. Stage 2 proves from the bounds that these candidates hold the kept set.
 constexpr int32_t kTile = 4096;
 constexpr int32_t kFastThreads = 128;
 constexpr int32_t kFastWarps = kFastThreads / 32;
 constexpr int32_t kWarpTokens = kTile / kFastWarps;
 constexpr int32_t kLaneTokens = kWarpTokens / 32;
-constexpr int32_t kTileCandidates = 2 * kFastThreads;  // at most two a lane
+constexpr int32_t kTileCandidates = 3 * kFastThreads;  // at most three a lane
 constexpr int32_t kMaxVocab = 64 * kTile;              // stage 2 merges at most 64 tiles (two a lane)
 
 // What stage 1 leaves for stage 2 about one (row, tile). Keys are packed (value, id) keys of the
