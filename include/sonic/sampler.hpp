@@ -41,6 +41,11 @@ class Sampler {
   void sample(const LogitsView& logits, const int32_t* slots, const BitmaskView& bitmask,
               const SampleOutputs& out, const CallOptions& options = {});
 
+  // Batched top-k of the input logits, on its own (no request state, no rules): row r's k largest
+  // entries among ids < vocab_size, in the total order of SPEC.md (value descending, id ascending;
+  // NaN read as -inf). Rows need no slot. Only options.stream is used.
+  void top_k(const LogitsView& logits, int32_t k, const TopKOutputs& out, const CallOptions& options = {});
+
   // Verification mode (SPEC.md section 3); logits holds the packed target rows.
   void verify(const LogitsView& logits, const VerifyInputs& in, const BitmaskView& bitmask,
               const VerifyOutputs& out, const CallOptions& options = {});

@@ -227,6 +227,15 @@ SONIC_C_API sonic_status sonic_sample(sonic_sampler* sampler, const sonic_logits
                                       const sonic_sample_outputs* out,
                                       const sonic_call_options* options);
 
+/* Batched top-k of the input logits (Sampler::top_k): row r's k largest entries among ids below
+ * vocab_size, value descending then id ascending, NaN read as -inf, into ids[r * stride + i] and,
+ * when values is not NULL, values[r * stride + i]. 1 <= k <= min(vocab_size, SONIC_MAX_TOP_K).
+ * options NULL: defaults (only the stream is used). */
+#define SONIC_MAX_TOP_K 1024
+SONIC_C_API sonic_status sonic_top_k(sonic_sampler* sampler, const sonic_logits* logits, int32_t k,
+                                     int32_t* ids, float* values, int64_t stride,
+                                     const sonic_call_options* options);
+
 /* Verification (Sampler::verify). bitmask NULL: no mask; options NULL: defaults. */
 SONIC_C_API sonic_status sonic_verify(sonic_sampler* sampler, const sonic_logits* logits,
                                       const sonic_verify_inputs* in, const sonic_bitmask* bitmask,

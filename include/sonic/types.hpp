@@ -112,6 +112,16 @@ struct SampleOutputs {
   int64_t final_stride = 0;         // >= SamplerConfig::max_final_entries when final_ids is given
 };
 
+// Caller-allocated outputs of Sampler::top_k: row r's k entries at [r * stride, r * stride + k).
+struct TopKOutputs {
+  int32_t* ids = nullptr;     // [rows, stride], required
+  float* values = nullptr;    // [rows, stride], optional: the logits as fp32
+  int64_t stride = 0;         // >= k
+};
+
+// The largest k Sampler::top_k accepts.
+constexpr int32_t kMaxTopK = 1024;
+
 struct CallOptions {
   LogprobMode logprob_mode = LogprobMode::kRaw;
   bool advance_step = true;         // step counters += 1 after the call, on the device

@@ -7,6 +7,7 @@
     out.tokens, out.logprob
 
     sonic.sample(logits, temperature=0.7, top_k=50)   # one-off form
+    values, ids = sonic.top_k(logits, 50)              # batched top-k of raw logits
 
 What is computed is defined by SPEC.md and docs/semantics.md of the repository. Arrays are taken
 through DLPack without copies; outputs are allocated in the framework of the logits (numpy for
@@ -16,7 +17,7 @@ host arrays that are not torch or cupy).
 from __future__ import annotations
 
 from . import _sonic
-from .functional import sample
+from .functional import sample, top_k
 from .sampler import (
     BACKENDS,
     LOGPROB_MODES,
@@ -33,6 +34,7 @@ from .sampler import (
 
 __version__ = "0.1.0"
 MAX_TOP_LOGPROBS = _sonic.MAX_TOP_LOGPROBS
+MAX_TOP_K = _sonic.MAX_TOP_K
 built_with_cuda: bool = _sonic.built_with_cuda
 
 
@@ -44,6 +46,7 @@ def cuda_available() -> bool:
 __all__ = [
     "BACKENDS",
     "LOGPROB_MODES",
+    "MAX_TOP_K",
     "MAX_TOP_LOGPROBS",
     "STATUS_HISTORY_FULL",
     "STATUS_INVALID_INPUT",
@@ -57,4 +60,5 @@ __all__ = [
     "built_with_cuda",
     "cuda_available",
     "sample",
+    "top_k",
 ]

@@ -201,3 +201,37 @@ def sample(
     if squeeze:
         result = SampleResult(*(None if f is None else f[0] for f in result))
     return result
+
+
+def top_k(
+    logits: Any,
+    k: int,
+    *,
+    vocab_size: Optional[int] = None,
+    values: bool = True,
+    backend: Optional[str] = None,
+    stream: Any = None,
+) -> tuple:
+    """Top-k of ``logits`` ([V] or [R, V]) by value, ties to the lower id, NaN read as -inf:
+    ``(values, ids)`` of shape [R, k] (or [k]), as ``torch.topk`` returns them. Ids at or above
+    ``vocab_size`` (default: every column) are padding and never returned."""
+    A.require_array(logits, "logits")
+    shp = A.shape(logits)
+    squeeze = len(shp) == 1
+    if squeeze:
+        logits = logits[None]
+        shp = (1,) + shp
+    if len(shp) != 2:
+        raise ValueError(f"sonic: argument 'logits' must be [V] or [R, V], got shape {shp}")
+    R, cols = shp
+    if R == 0:
+        raise ValueError("sonic: argument 'logits' has no rows")
+    V = cols if vocab_size is None else A._int("vocab_size", vocab_size, 1, cols)
+    if backend is None:
+        backend = "cuda" if A.on_cuda(logits) else "cpu"
+    s = Sampler(V, max_slots=1, max_rows=R, max_history=1, backend=backend)
+    vals, ids = s.top_k(logits, k, values=values, stream=stream)
+    if squeeze:
+        ids = ids[0]
+        vals = vals[0] if vals is not None else None
+    return vals, ids

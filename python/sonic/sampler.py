@@ -99,7 +99,7 @@ def _logit_bias(bias: Any) -> tuple:
 
 
 class Sampler:
-    """A sonic sampler: request table plus batched sample() and verify().
+    """A sonic sampler: request table plus batched sample() and verify(), and a batched top_k().
 
     The keyword arguments are the fields of sonic::SamplerConfig. ``backend`` is 'auto' (CUDA when
     a GPU is usable, else CPU), 'cpu' or 'cuda'. Arrays passed to the calls live where the backend
@@ -332,6 +332,19 @@ class Sampler:
         return SampleResult(
             tokens, status, logprob, rank, top_ids, top_lps, final_ids, final_probs, final_count
         )
+
+    def top_k(self, logits: Any, k: int, *, values: bool = True, stream: Any = None) -> tuple:
+        """Batched top-k of raw logits [R, cols >= vocab_size]: row r's ``k`` largest entries among
+        ids below vocab_size, value descending then id ascending (NaN read as -inf). No request
+        state is used. Returns ``(values, ids)`` as [R, k] float32 and int32 arrays of the logits'
+        framework and device (``values`` is None when ``values=False``), like ``torch.topk``.
+        """
+        alloc, R = _logits_rows(logits)
+        k = A._int("k", k, 1, min(self.vocab_size, _sonic.MAX_TOP_K))
+        ids = alloc.empty((R, k), "int32")
+        vals = alloc.empty((R, k), "float32") if values else None
+        self._impl.top_k(logits, k, ids, vals, A.stream_handle(stream, logits))
+        return vals, ids
 
     def verify(
         self,

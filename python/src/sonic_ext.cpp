@@ -292,6 +292,7 @@ NB_MODULE(_sonic, m) {
   m.attr("built_with_cuda") = false;
 #endif
   m.attr("MAX_TOP_LOGPROBS") = sonic::kMaxTopLogprobs;
+  m.attr("MAX_TOP_K") = sonic::kMaxTopK;
 
   nb::class_<Binding>(m, "Sampler")
       .def(
@@ -453,6 +454,23 @@ NB_MODULE(_sonic, m) {
           nb::arg("top_logprobs").none(), nb::arg("final_ids").none(),
           nb::arg("final_probs").none(), nb::arg("final_count").none(), nb::arg("mode"),
           nb::arg("advance_step"), nb::arg("append_to_history"), nb::arg("stream"))
+      .def(
+          "top_k",
+          [](Binding& b, const InArray& logits, int32_t k, const OutArray& ids, const OutArray& values,
+             uintptr_t stream) {
+            const sonic::LogitsView lv = make_logits(b, logits);
+            const int64_t R = lv.rows;
+            const int64_t n = static_cast<int64_t>(ids.ndim() == 2 ? ids.shape(1) : 0);
+            sonic::TopKOutputs o;
+            o.ids = out_ptr<int32_t>(b, ids, "ids", Elem::kI32, 2, R);
+            o.values = out_ptr<float>(b, values, "values", Elem::kF32, 2, R, n);
+            o.stride = n;
+            sonic::CallOptions opt;
+            opt.stream = as_stream(stream);
+            nb::gil_scoped_release release;
+            b.sampler().top_k(lv, k, o, opt);
+          },
+          nb::arg("logits"), nb::arg("k"), nb::arg("ids"), nb::arg("values").none(), nb::arg("stream"))
       .def(
           "verify",
           [](Binding& b, const InArray& logits, const InArray& cu_rows, const InArray& slots,

@@ -613,6 +613,17 @@ sonic_status sonic_sample(sonic_sampler* sampler, const sonic_logits* logits, co
   });
 }
 
+sonic_status sonic_top_k(sonic_sampler* sampler, const sonic_logits* logits, int32_t k, int32_t* ids, float* values,
+                         int64_t stride, const sonic_call_options* options) {
+  static_assert(SONIC_MAX_TOP_K == sonic::kMaxTopK, "C and C++ limits agree");
+  return guarded([&] {
+    sonic::Sampler& s = sampler_of(sampler);
+    if (logits == nullptr) null_argument("logits");
+    const sonic::CallOptions opts = options != nullptr ? to_cpp(*options) : sonic::CallOptions{};
+    s.top_k(to_cpp(*logits), k, sonic::TopKOutputs{ids, values, stride}, opts);
+  });
+}
+
 sonic_status sonic_verify(sonic_sampler* sampler, const sonic_logits* logits,
                           const sonic_verify_inputs* in, const sonic_bitmask* bitmask,
                           const sonic_verify_outputs* out, const sonic_call_options* options) {

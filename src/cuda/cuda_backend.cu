@@ -107,6 +107,11 @@ class CudaBackend final : public SamplerBackend {
     cuda::launch_exact_sample(job, stream);
   }
 
+  void top_k(const LogitsView&, int32_t, const TopKOutputs&, const CallOptions&) override {
+    throw Error(ErrorCode::kUnsupported,
+                "sonic: top_k() on the CUDA backend is not implemented yet; use Backend::kCpu");
+  }
+
   void verify(const LogitsView&, const VerifyInputs&, const BitmaskView&, const VerifyOutputs&,
               const CallOptions&) override {
     throw Error(ErrorCode::kUnsupported,

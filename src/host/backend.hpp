@@ -25,6 +25,7 @@ class SamplerBackend {
                       const SampleOutputs& out, const CallOptions& options) = 0;
   virtual void verify(const LogitsView& logits, const VerifyInputs& in, const BitmaskView& bitmask,
                       const VerifyOutputs& out, const CallOptions& options) = 0;
+  virtual void top_k(const LogitsView& logits, int32_t k, const TopKOutputs& out, const CallOptions& options) = 0;
 
  protected:
   SamplerConfig config_;

@@ -77,6 +77,11 @@ void Sampler::sample(const LogitsView& logits, const int32_t* slots, const Bitma
   impl_->sample(logits, slots, bitmask, out, options);
 }
 
+void Sampler::top_k(const LogitsView& logits, int32_t k, const TopKOutputs& out, const CallOptions& options) {
+  detail::validate_top_k(impl_->config(), logits, k, out);
+  impl_->top_k(logits, k, out, options);
+}
+
 void Sampler::verify(const LogitsView& logits, const VerifyInputs& in, const BitmaskView& bitmask,
                      const VerifyOutputs& out, const CallOptions& options) {
   detail::validate_verify(impl_->config(), logits, in, bitmask, out, options);

@@ -4,6 +4,7 @@
 // instead (docs/semantics.md).
 #include "host/validate.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -235,6 +236,16 @@ void validate_sample(const SamplerConfig& config, const LogitsView& logits,
 
   check_bitmask(config, logits, bitmask);
   check_options(options);
+}
+
+void validate_top_k(const SamplerConfig& config, const LogitsView& logits, int32_t k, const TopKOutputs& out) {
+  check_logits(config, logits);
+  const int32_t most = std::min(config.vocab_size, kMaxTopK);
+  if (k < 1 || k > most)
+    invalid_argument("k", fmt(k), "must be in [1, min(vocab_size, " + fmt(kMaxTopK) + ")] = [1, " + fmt(most) + "]");
+  if (logits.rows > 0)
+    require_non_null(out.ids, "out.ids", " when logits.rows = " + fmt(logits.rows) + " > 0");
+  if (out.stride < k) invalid_argument("out.stride", fmt(out.stride), "must be >= k (" + fmt(k) + ")");
 }
 
 void validate_verify(const SamplerConfig& config, const LogitsView& logits, const VerifyInputs& in,

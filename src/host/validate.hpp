@@ -21,6 +21,7 @@ void validate_history(const int32_t* tokens, int64_t count, const SamplerConfig&
 void validate_sample(const SamplerConfig& config, const LogitsView& logits,
                      const BitmaskView& bitmask, const SampleOutputs& out,
                      const CallOptions& options);
+void validate_top_k(const SamplerConfig& config, const LogitsView& logits, int32_t k, const TopKOutputs& out);
 void validate_verify(const SamplerConfig& config, const LogitsView& logits, const VerifyInputs& in,
                      const BitmaskView& bitmask, const VerifyOutputs& out,
                      const CallOptions& options);

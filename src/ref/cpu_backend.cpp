@@ -117,6 +117,14 @@ class CpuBackend final : public SamplerBackend {
     apply(updates, options);
   }
 
+  void top_k(const LogitsView& logits, int32_t k, const TopKOutputs& out, const CallOptions&) override {
+    for (int64_t r = 0; r < logits.rows; ++r) {
+      const std::vector<float> x = logits_row(logits, r);
+      ref::top_k_row(x.data(), config_.vocab_size, k, out.ids + r * out.stride,
+                     out.values ? out.values + r * out.stride : nullptr);
+    }
+  }
+
   void verify(const LogitsView& logits, const VerifyInputs& in, const BitmaskView& bitmask,
               const VerifyOutputs& out, const CallOptions& options) override {
     std::vector<SlotUpdate> updates;

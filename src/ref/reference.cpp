@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "common/random.hpp"
@@ -368,6 +369,16 @@ VerifyResult verify_request(const VerifyRequest& req, LogprobMode mode) {
     return out;
   }
   return out;
+}
+
+void top_k_row(const float* x, int32_t n, int32_t k, int32_t* ids, float* values) {
+  std::vector<uint64_t> keys(static_cast<size_t>(n));
+  for (int32_t t = 0; t < n; ++t) keys[t] = detail::pack_key(detail::is_nan(x[t]) ? detail::neg_inf() : x[t], t);
+  std::partial_sort(keys.begin(), keys.begin() + k, keys.end(), std::greater<uint64_t>());
+  for (int32_t i = 0; i < k; ++i) {
+    ids[i] = detail::key_token(keys[i]);
+    if (values) values[i] = detail::key_value(keys[i]);
+  }
 }
 
 }  // namespace sonic::ref

@@ -94,6 +94,9 @@ LogprobResult logprobs_for(const RowScores& scores, int32_t token, LogprobMode m
 // Logits of any dtype, one row, to fp32 (first `count` values).
 std::vector<float> row_to_float(const void* row, DType dtype, int64_t count);
 
+// The k largest of x[0, n) in the total order (value descending, id ascending), NaN read as -inf.
+void top_k_row(const float* x, int32_t n, int32_t k, int32_t* ids, float* values);
+
 // One verification request (SPEC.md section 3). rows[j] are the n + 1 target rows' logits (fp32,
 // vocab_size wide), drafts the n draft tokens, q_dense[j] (vocab_size) / q_sparse the draft
 // distributions when the rule needs them.
