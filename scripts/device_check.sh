@@ -62,7 +62,9 @@ fi
 if [[ " $steps " == *" profile "* ]]; then
   # Per-kernel durations (ncu, clocks left alone) of a few configurations.
   for b in ${SONIC_PROFILE_B:-1 512}; do
-    ncu --clock-control none --metrics gpu__time_duration.sum -c 9 build-gpu/bench/sonic_bench \
+    # Only the library's kernels: at small B the benchmark first fills hundreds of input buffers.
+    ncu --clock-control none --metrics gpu__time_duration.sum -k regex:"fast_sample|exact_sample" -c 6 \
+      build-gpu/bench/sonic_bench \
       --out /tmp/ncu_bench.jsonl --B $b --V 151936 --dtype fp32 --case ${SONIC_PROFILE_CASE:-homog-peaked} \
       >"$L/ncu_B$b.log" 2>&1
     echo "-- ncu B=$b" >>"$OUT/summary.txt"
