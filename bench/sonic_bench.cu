@@ -12,6 +12,8 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "common/random.hpp"
@@ -67,6 +69,8 @@ struct Args {
   std::vector<std::string> dtypes = {"fp32", "bf16"};
   std::vector<std::string> cases = {"homog-peaked", "homog-flat", "hetero-peaked", "hetero-flat"};
   int graph_replays = 20;
+  std::string suite = "sample";  // or "topk": Sampler::top_k with k = --k
+  int k = 128;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -130,6 +134,120 @@ void emit(FILE* f, const Args& a, const std::string& impl, const std::string& cs
   std::fflush(f);
 }
 
+// Times one call `call(i)` on rotating buffer i: graph mean over replays of a capture of every buffer,
+// and eager median. Returns {graph_us, eager_us}.
+template <class Call>
+std::pair<double, double> time_calls(cudaStream_t stream, int nbuf, int graph_replays, Call call) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < nbuf; ++i) call(i);
+  CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK_CUDA(cudaGraphLaunch(exec, stream));  // warm-up
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  const int replays = std::max(2, graph_replays * 64 / nbuf);
+  CHECK_CUDA(cudaEventRecord(e0, stream));
+  for (int r = 0; r < replays; ++r) CHECK_CUDA(cudaGraphLaunch(exec, stream));
+  CHECK_CUDA(cudaEventRecord(e1, stream));
+  CHECK_CUDA(cudaEventSynchronize(e1));
+  float ms = 0;
+  CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+  const double graph_us = 1000.0 * ms / (static_cast<double>(replays) * nbuf);
+  std::vector<float> times;
+  for (int r = 0; r < 125; ++r) {
+    CHECK_CUDA(cudaEventRecord(e0, stream));
+    call(r % nbuf);
+    CHECK_CUDA(cudaEventRecord(e1, stream));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    if (r >= 25) times.push_back(1000.0f * ms);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return {graph_us, percentile_median(times)};
+}
+
+// Suite "topk": Sampler::top_k (k = --k) on the homog-peaked logits, checked against the CPU
+// reference on the first rows, then timed. Lines carry suite "topk" and the k.
+int bench_top_k(const Args& a, FILE* out, const std::string& gpu, cudaStream_t stream) {
+  int failures = 0;
+  const int maxB = *std::max_element(a.batches.begin(), a.batches.end());
+  for (int32_t V : a.vocabs) {
+    sonic::SamplerConfig cfg;
+    cfg.backend = sonic::Backend::kCuda;
+    cfg.vocab_size = V;
+    cfg.max_slots = 1;
+    cfg.max_rows = maxB;
+    cfg.max_history = 1;
+    sonic::Sampler sampler(cfg);
+    sonic::SamplerConfig ccfg = cfg;
+    ccfg.backend = sonic::Backend::kCpu;
+    sonic::Sampler reference(ccfg);
+    for (const std::string& dtype : a.dtypes) {
+      const size_t elem = dtype == "fp32" ? 4 : 2;
+      const sonic::DType dt = elem == 4 ? sonic::DType::kF32 : sonic::DType::kBF16;
+      for (int B : a.batches) {
+        const size_t bytes = static_cast<size_t>(B) * V * elem;
+        const int nbuf = static_cast<int>(std::max<size_t>(2, (kRotateBytes + bytes - 1) / bytes));
+        char* logits;
+        CHECK_CUDA(cudaMalloc(&logits, bytes * nbuf));
+        for (int i = 0; i < nbuf; ++i) {
+          if (elem == 4) fill_logits<<<1024, 256>>>(reinterpret_cast<float*>(logits + i * bytes), B, V, true, 77 + i);
+          else fill_logits<<<1024, 256>>>(reinterpret_cast<__nv_bfloat16*>(logits + i * bytes), B, V, true, 77 + i);
+        }
+        int32_t* ids;
+        float* vals;
+        CHECK_CUDA(cudaMalloc(&ids, static_cast<size_t>(B) * a.k * 4));
+        CHECK_CUDA(cudaMalloc(&vals, static_cast<size_t>(B) * a.k * 4));
+        sonic::CallOptions opt;
+        opt.stream = stream;
+        auto call = [&](int i) {
+          sampler.top_k(sonic::LogitsView{logits + i * bytes, dt, B, V, V}, a.k, sonic::TopKOutputs{ids, vals, a.k}, opt);
+        };
+        // Check the first rows of buffer 0 against the reference.
+        call(0);
+        CHECK_CUDA(cudaStreamSynchronize(stream));
+        const int nref = std::min(B, 3);
+        std::vector<char> host(static_cast<size_t>(nref) * V * elem);
+        CHECK_CUDA(cudaMemcpy(host.data(), logits, host.size(), cudaMemcpyDeviceToHost));
+        std::vector<int32_t> got(static_cast<size_t>(nref) * a.k), want(got.size());
+        CHECK_CUDA(cudaMemcpy(got.data(), ids, got.size() * 4, cudaMemcpyDeviceToHost));
+        reference.top_k(sonic::LogitsView{host.data(), dt, nref, V, V}, a.k, sonic::TopKOutputs{want.data(), nullptr, a.k});
+        const bool ok = got == want;
+        double graph_us = 0.0, eager_us = 0.0;
+        if (ok) std::tie(graph_us, eager_us) = time_calls(stream, nbuf, a.graph_replays, call);
+        else ++failures;
+        const double floor_us = 1e6 * static_cast<double>(bytes) / kReadBandwidth;
+        std::printf("%-14s %-5s %7d %4d %10.2f %10.2f %9.2f %6.0f%%  %s\n", ("topk-k" + std::to_string(a.k)).c_str(),
+                    dtype.c_str(), V, B, graph_us, eager_us, floor_us, graph_us > 0 ? 100.0 * floor_us / graph_us : 0.0,
+                    ok ? "ok" : "FAILED(reference mismatch)");
+        std::fflush(stdout);
+        if (ok) {
+          const std::string cs = "homog-peaked";  // the logits of the sample suite's case of that name
+          std::fprintf(out,
+                       "{\"suite\": \"topk\", \"impl\": \"sonic\", \"case\": \"%s\", \"B\": %d, \"V\": %d, \"dtype\": \"%s\", "
+                       "\"mode\": \"graph\", \"k\": %d, \"us\": %.2f, \"floor_us\": %.2f, \"gpu\": \"%s\", \"commit\": \"%s\", \"date\": \"%s\"}\n",
+                       cs.c_str(), B, V, dtype.c_str(), a.k, graph_us, floor_us, gpu.c_str(), a.commit.c_str(), a.date.c_str());
+          std::fprintf(out,
+                       "{\"suite\": \"topk\", \"impl\": \"sonic\", \"case\": \"%s\", \"B\": %d, \"V\": %d, \"dtype\": \"%s\", "
+                       "\"mode\": \"eager\", \"k\": %d, \"us\": %.2f, \"floor_us\": %.2f, \"gpu\": \"%s\", \"commit\": \"%s\", \"date\": \"%s\"}\n",
+                       cs.c_str(), B, V, dtype.c_str(), a.k, eager_us, floor_us, gpu.c_str(), a.commit.c_str(), a.date.c_str());
+          std::fflush(out);
+        }
+        cudaFree(logits);
+        cudaFree(ids);
+        cudaFree(vals);
+      }
+    }
+  }
+  return failures;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -143,6 +261,8 @@ int main(int argc, char** argv) {
     else if (k == "--V") { a.vocabs.clear(); for (auto& s : split(v)) a.vocabs.push_back(std::stoi(s)); }
     else if (k == "--dtype") a.dtypes = split(v);
     else if (k == "--case") a.cases = split(v);
+    else if (k == "--suite") a.suite = v;
+    else if (k == "--k") a.k = std::stoi(v);
     else { std::fprintf(stderr, "unknown option %s\n", k.c_str()); return 2; }
   }
   cudaDeviceProp prop;
@@ -151,6 +271,14 @@ int main(int argc, char** argv) {
   FILE* out = std::fopen(a.out.c_str(), "a");
   if (!out) { std::perror(a.out.c_str()); return 1; }
   std::printf("%-14s %-5s %7s %4s %10s %10s %9s %7s  %s\n", "case", "dtype", "V", "B", "graph_us", "eager_us", "floor_us", "%floor", "check");
+  if (a.suite == "topk") {
+    cudaStream_t s;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const int failures = bench_top_k(a, out, gpu, s);
+    std::fclose(out);
+    std::printf("sonic_bench: %d configuration(s) failed their check\n", failures);
+    return failures ? 1 : 0;
+  }
   const int maxB = *std::max_element(a.batches.begin(), a.batches.end());
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -247,42 +375,9 @@ int main(int argc, char** argv) {
           }
 
           double graph_us = 0.0, eager_us = 0.0;
-          if (check.rfind("ok", 0) == 0) {
-            // Graph: one capture of nbuf calls (each on its own buffer), replayed.
-            cudaGraph_t graph;
-            cudaGraphExec_t exec;
-            CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-            for (int i = 0; i < nbuf; ++i) sampler.sample(view(i), slots, bm, o, opt);
-            CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
-            CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-            CHECK_CUDA(cudaGraphLaunch(exec, stream));  // warm-up
-            cudaEvent_t e0, e1;
-            CHECK_CUDA(cudaEventCreate(&e0));
-            CHECK_CUDA(cudaEventCreate(&e1));
-            const int replays = std::max(2, a.graph_replays * 64 / nbuf);
-            CHECK_CUDA(cudaEventRecord(e0, stream));
-            for (int k = 0; k < replays; ++k) CHECK_CUDA(cudaGraphLaunch(exec, stream));
-            CHECK_CUDA(cudaEventRecord(e1, stream));
-            CHECK_CUDA(cudaEventSynchronize(e1));
-            float ms = 0;
-            CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-            graph_us = 1000.0 * ms / (static_cast<double>(replays) * nbuf);
-            // Eager: median of 100 single calls after 25 warm-ups.
-            std::vector<float> times;
-            for (int k = 0; k < 125; ++k) {
-              CHECK_CUDA(cudaEventRecord(e0, stream));
-              sampler.sample(view(k % nbuf), slots, bm, o, opt);
-              CHECK_CUDA(cudaEventRecord(e1, stream));
-              CHECK_CUDA(cudaEventSynchronize(e1));
-              CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-              if (k >= 25) times.push_back(1000.0f * ms);
-            }
-            eager_us = percentile_median(times);
-            cudaGraphExecDestroy(exec);
-            cudaGraphDestroy(graph);
-            cudaEventDestroy(e0);
-            cudaEventDestroy(e1);
-          }
+          if (check.rfind("ok", 0) == 0)
+            std::tie(graph_us, eager_us) = time_calls(stream, nbuf, a.graph_replays,
+                                                      [&](int i) { sampler.sample(view(i), slots, bm, o, opt); });
           const double floor_us = 1e6 * static_cast<double>(bytes) / kReadBandwidth;
           std::printf("%-14s %-5s %7d %4d %10.2f %10.2f %9.2f %6.0f%%  %s\n", cname.c_str(), dtype.c_str(), V, B, graph_us,
                       eager_us, floor_us, graph_us > 0 ? 100.0 * floor_us / graph_us : 0.0, check.c_str());

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One full call on the GPU machine: build (CUDA for sm_90), GPU tests, compute-sanitizer, and the
 # benchmark when asked. Run through the device tool from the repo root, with .deps carried:
-#   scripts/device_check.sh [tests] [sanitize] [bench]     (default: tests sanitize)
+#   scripts/device_check.sh [tests] [sanitize] [bench] [topk] [profile] [ncu] [demo] [all]
+#                                                          (default: tests sanitize)
 # Logs land in $OUT (or ./out when OUT is unset).
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
@@ -19,7 +20,7 @@ gtest=()
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
   "${gtest[@]}" >"$L/configure.log" 2>&1 || { log "configure FAILED"; tail -30 "$L/configure.log"; exit 1; }
 targets=(--target sonic_gpu_tests)
-[[ " $steps " == *" bench "* ]] && targets+=(--target sonic_bench)
+[[ " $steps " == *" bench "* || " $steps " == *" topk "* ]] && targets+=(--target sonic_bench)
 [[ " $steps " == *" demo "* ]] && targets+=(--target sonic_cli)
 [[ " $steps " == *" all "* ]] && targets=()
 cmake --build build-gpu -j16 "${targets[@]}" >"$L/build.log" 2>&1 || { log "build FAILED"; grep -E "error" "$L/build.log" | head -40; exit 1; }
@@ -58,6 +59,14 @@ if [[ " $steps " == *" bench "* ]]; then
     ${SONIC_BASELINE_ARGS:-} 2>&1 | tee "$L/baselines.log" | tail -60
   log "baselines rc=${PIPESTATUS[0]}"
   python3 bench/plot.py "$OUT/h200.jsonl" "$OUT/h200.png" --commit "$commit" >>"$OUT/summary.txt" 2>&1
+fi
+if [[ " $steps " == *" topk "* ]]; then
+  # Sampler::top_k (k = 128) against torch.topk (the baselines script times it with the sample suite).
+  commit=${SONIC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+  build-gpu/bench/sonic_bench --suite topk --k 128 --V 151936 --dtype fp32,bf16 --out "$OUT/h200.jsonl" \
+    --commit "$commit" --date "$(date -u +%F)" 2>&1 | tee "$L/bench_topk.log" | tail -20; r=${PIPESTATUS[0]}
+  log "sonic_bench topk rc=$r: $(tail -1 "$L/bench_topk.log")"
+  [ $r -ne 0 ] && rc=1
 fi
 if [[ " $steps " == *" profile "* ]]; then
   # Per-kernel durations (ncu, clocks left alone) of a few configurations.

@@ -90,9 +90,7 @@ class CudaBackend final : public SamplerBackend {
     job.bitmask_index = bitmask.row_index;
     job.table = table_.view();
     job.z = z_;
-    const int64_t max_rows = config_.max_rows;
-    job.fast = cuda::FastScratch{stats_,           cands_, counters_, counters_ + max_rows, exact_flags_,
-                                 counters_ + 2 * max_rows, tiles_};
+    job.fast = scratch();
     job.out = cuda::RowOutputs{out.tokens,     out.status,       out.logprob,     out.rank,
                                out.top_ids,    out.top_logprobs, out.top_stride,  out.final_ids,
                                out.final_probs, out.final_count, out.final_stride, config_.max_final_entries};
@@ -107,9 +105,21 @@ class CudaBackend final : public SamplerBackend {
     cuda::launch_exact_sample(job, stream);
   }
 
-  void top_k(const LogitsView&, int32_t, const TopKOutputs&, const CallOptions&) override {
-    throw Error(ErrorCode::kUnsupported,
-                "sonic: top_k() on the CUDA backend is not implemented yet; use Backend::kCpu");
+  void top_k(const LogitsView& logits, int32_t k, const TopKOutputs& out, const CallOptions& options) override {
+    require_device(logits.data, "logits.data");
+    require_device(out.ids, "out.ids");
+    require_device(out.values, "out.values");
+    cuda::RowJob job{};
+    job.logits = logits.data;
+    job.dtype = logits.dtype;
+    job.row_stride = logits.row_stride;
+    job.rows = static_cast<int32_t>(logits.rows);
+    job.table = table_.view();  // only its vocab_size is read
+    job.fast = scratch();
+    job.top_k = cuda::TopKJob{k, out.ids, out.values, out.stride};
+    const cudaStream_t stream = static_cast<cudaStream_t>(options.stream);
+    cuda::launch_fast_sample(job, stream);
+    cuda::launch_exact_top_k(job, stream);
   }
 
   void verify(const LogitsView&, const VerifyInputs&, const BitmaskView&, const VerifyOutputs&,
@@ -119,6 +129,12 @@ class CudaBackend final : public SamplerBackend {
   }
 
  private:
+  cuda::FastScratch scratch() const {
+    const int64_t max_rows = config_.max_rows;
+    return cuda::FastScratch{stats_,       cands_, counters_, counters_ + max_rows,
+                             exact_flags_, counters_ + 2 * max_rows, tiles_};
+  }
+
   cuda::DeviceSlotTable table_;
   float* z_ = nullptr;
   int32_t tiles_ = 0;

@@ -8,6 +8,7 @@
 #include "cuda/stage1_tile.cuh"
 #include "cuda/stage2_row.cuh"
 #include "cuda/tile_loader.cuh"
+#include "cuda/top_k_row.cuh"
 
 namespace sonic::cuda {
 namespace {
@@ -28,6 +29,13 @@ __global__ void __launch_bounds__(kFastThreads, 5) fast_sample_kernel(RowJob job
   const void* row = static_cast<const char*>(job.logits) + static_cast<int64_t>(r) * job.row_stride * L::kElem;
   float x[kLaneTokens];
   load_lane<D>(row, tile * kTile + (threadIdx.x >> 5) * kWarpTokens, V, x);
+  if (job.top_k.k > 0) {  // Sampler::top_k: raw logits, no request
+    RowPrologue pro;
+    RowKind kind;
+    top_k_prologue(&pro, &kind);
+    if (stage1_tile<D>(job, r, tile, 0, pro, kind, x, sh.s1, &last)) top_k_row(job, r, kind, sh.s2);
+    return;
+  }
   int32_t slot;
   const int32_t* mask;
   if (!resolve_row(tab, job.slots, r, job.bitmask, job.bitmask_rows, job.bitmask_stride, job.bitmask_index, &slot,

@@ -64,6 +64,14 @@ struct FastScratch {
   int32_t tiles;
 };
 
+// Sampler::top_k's outputs: when k > 0 the fast kernel runs the top-k of raw logits instead of sampling.
+struct TopKJob {
+  int32_t k;
+  int32_t* ids;
+  float* values;  // may be null
+  int64_t stride;
+};
+
 struct RowJob {
   const void* logits;
   DType dtype;
@@ -79,6 +87,7 @@ struct RowJob {
   const int32_t* exact_flags;  // exact path: rows with a nonzero flag only (null: every row)
   FastScratch fast;
   RowOutputs out;
+  TopKJob top_k;  // k = 0: sampling
   LogprobMode mode;
   bool advance_step;
   bool append_to_history;
@@ -87,6 +96,10 @@ struct RowJob {
 // The fast path, one kernel: stage 1 on every (tile, row), stage 2 in the last block of each row to
 // finish. Rows it cannot settle are flagged in job.fast.exact_flags. Reads the request table only.
 void launch_fast_sample(const RowJob& job, cudaStream_t stream);
+
+// Top-k rows the fast kernel flagged (their top k is not inside the candidates): a radix select over
+// the whole row, one block a row.
+void launch_exact_top_k(const RowJob& job, cudaStream_t stream);
 
 // The exact sampler over the flagged rows (one block a row, every rule of SPEC.md section 2 by full
 // passes over the row), then the state updates of every row of the call: its last block to finish

@@ -204,6 +204,80 @@ __device__ __forceinline__ int decide_kept(const SlotParams& p, int32_t V, float
   return x == keep ? keep : x + 1;
 }
 
+// Gathers the row's sorted prefix into sh.sorted[0, sh.n) as z keys (z = x / T) and returns zl: every
+// token outside the prefix has z <= zl < every z inside. Every token outside the candidate list lies
+// at or below the row bound's value xb, so any tau >= xb gives a true prefix: the listed tokens with
+// z > z(tau). With want > 0, tau rises so that about want + kTopKSlack keys remain (a histogram of
+// the candidates' distances below the maximum mx); tokens below `cut` are left out as well. sh.n
+// above kGatherCap means the prefix did not fit (nothing is sorted then).
+__device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, int32_t want, float cut,
+                               Stage2Shared& sh) {
+  const int tid = threadIdx.x;
+  const unsigned long long bound = sh.bound;
+  const int n_all = sh.n_all;
+  const unsigned long long* list = job.fast.cands + static_cast<int64_t>(r) * job.fast.tiles * kTileCandidates;
+  constexpr int kBatch = 4;
+  auto for_each_candidate = [&](auto&& f) {  // every listed key at or above the row's bound
+    for (int base = tid; base < n_all; base += kBatch * kFastThreads) {
+      unsigned long long key[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int j = base + b * kFastThreads;
+        key[b] = j < n_all ? __ldcg(list + j) : 0ull;
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b)
+        if (kept_by(key[b], bound)) f(key[b]);
+    }
+  };
+  const float xb = bound ? detail::key_value(bound) : -INFINITY;
+  float tau = xb;
+  if (want > 0 && bound && n_all > 2 * want + 64 && mx < INFINITY && mx - xb > 0.0f) {
+    sh.hist[tid] = 0;
+    __syncthreads();
+    const float scale = static_cast<float>(kFastThreads) / (mx - xb);
+    for_each_candidate([&](unsigned long long key) {
+      const float d = (mx - detail::key_value(key)) * scale;
+      atomicAdd(&sh.hist[min(kFastThreads - 1, static_cast<int>(d))], 1);
+    });
+    __syncthreads();
+    if (tid == 0) {
+      float t = xb;
+      int cum = 0;
+      for (int b = 0; b < kFastThreads; ++b) {
+        cum += sh.hist[b];
+        if (cum >= want + kTopKSlack) {
+          t = mx - static_cast<float>(b + 1) / scale;
+          break;
+        }
+      }
+      sh.tau = fmaxf(t, xb);
+    }
+    __syncthreads();
+    tau = sh.tau;
+  }
+  const float zl = tau > -INFINITY ? detail::apply_temperature(tau, T) : -INFINITY;
+  for_each_candidate([&](unsigned long long key) {
+    const float z = detail::apply_temperature(detail::key_value(key), T);
+    if (!(z > zl) || z < cut) return;
+    const int at = atomicAdd(&sh.n, 1);
+    if (at < kGatherCap) sh.gathered[at] = detail::pack_key(z, detail::key_token(key));
+  });
+  __syncthreads();
+  const int n = sh.n;
+  if (n <= kGatherCap) {
+    // Sort by rank: keys are distinct, so each key's rank is the number of larger keys.
+    for (int i = tid; i < n; i += kFastThreads) {
+      const unsigned long long key = sh.gathered[i];
+      int pos = 0;
+      for (int j = 0; j < n; ++j) pos += sh.gathered[j] > key;
+      sh.sorted[pos] = key;
+    }
+  }
+  __syncthreads();
+  return zl;
+}
+
 // Stage 2 for row r (the whole block).
 __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const RowPrologue& pro, const RowKind& k,
                            Stage2Shared& sh) {
@@ -236,77 +310,15 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     kept = sh.valid;
     kept_sum = sh.sum_all;
   } else if (!exact) {
-    const unsigned long long bound = sh.bound;
-    const int n_all = sh.n_all;
-    const unsigned long long* list = job.fast.cands + static_cast<int64_t>(r) * job.fast.tiles * kTileCandidates;
-    constexpr int kBatch = 4;
-    auto for_each_candidate = [&](auto&& f) {  // every listed key at or above the row's bound
-      for (int base = tid; base < n_all; base += kBatch * kFastThreads) {
-        unsigned long long key[kBatch];
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          const int j = base + b * kFastThreads;
-          key[b] = j < n_all ? __ldcg(list + j) : 0ull;
-        }
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b)
-          if (kept_by(key[b], bound)) f(key[b]);
-      }
-    };
-    // Every token outside the list lies at or below xb. Any tau >= xb in x gives a true prefix: the
-    // listed tokens with z > z(tau). Top-k rows raise tau so that about k + kTopKSlack keys remain,
-    // from a histogram of the candidates' distances below the maximum.
-    const float xb = bound ? detail::key_value(bound) : -INFINITY;
-    float tau = xb;
-    const bool top_k_on = p.top_k > 0 && p.top_k < V;
-    if (top_k_on && bound && n_all > 2 * p.top_k + 64 && mx - xb > 0.0f) {
-      sh.hist[tid] = 0;
-      __syncthreads();
-      const float scale = static_cast<float>(kFastThreads) / (mx - xb);
-      for_each_candidate([&](unsigned long long key) {
-        const float d = (mx - detail::key_value(key)) * scale;
-        atomicAdd(&sh.hist[min(kFastThreads - 1, static_cast<int>(d))], 1);
-      });
-      __syncthreads();
-      if (tid == 0) {
-        float t = xb;
-        int cum = 0;
-        for (int b = 0; b < kFastThreads; ++b) {
-          cum += sh.hist[b];
-          if (cum >= p.top_k + kTopKSlack) {
-            t = mx - static_cast<float>(b + 1) / scale;
-            break;
-          }
-        }
-        sh.tau = fmaxf(t, xb);
-      }
-      __syncthreads();
-      tau = sh.tau;
-    }
-    const float zl = tau > -INFINITY ? detail::apply_temperature(tau, T) : -INFINITY;
     // Min-p: tokens below the cut never survive, so the prefix stops there too.
     const float cut = p.min_p > 0.0f ? __double2float_ru(static_cast<double>(zm) + log(static_cast<double>(p.min_p)))
                                      : -INFINITY;
-    // Gather the prefix as z keys.
-    for_each_candidate([&](unsigned long long key) {
-      const float z = detail::apply_temperature(detail::key_value(key), T);
-      if (!(z > zl) || z < cut) return;
-      const int at = atomicAdd(&sh.n, 1);
-      if (at < kGatherCap) sh.gathered[at] = detail::pack_key(z, detail::key_token(key));
-    });
-    __syncthreads();
+    const bool top_k_on = p.top_k > 0 && p.top_k < V;
+    const float zl = gather_prefix(job, r, mx, T, top_k_on ? p.top_k : 0, cut, sh);
     const int n = sh.n;
     if (n > kGatherCap) {
       exact = true;
     } else {
-      // Sort by rank: keys are distinct, so each key's rank is the number of larger keys.
-      for (int i = tid; i < n; i += kFastThreads) {
-        const unsigned long long key = sh.gathered[i];
-        int pos = 0;
-        for (int j = 0; j < n; ++j) pos += sh.gathered[j] > key;
-        sh.sorted[pos] = key;
-      }
-      __syncthreads();
       double e[kScanItems];
 #pragma unroll
       for (int q = 0; q < kScanItems; ++q) {

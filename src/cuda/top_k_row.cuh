@@ -1,0 +1,52 @@
+// Sampler::top_k in the fast kernel: stage 1 screens the raw logits as for a truncated row (no rules,
+// T = 1), and the last block of a row merges its tiles, gathers the sorted prefix with about k +
+// kTopKSlack keys and writes its first k. A row whose prefix holds fewer than k tokens (fewer than k
+// finite logits, a +inf maximum, or candidates too spread) is flagged for the exact top-k kernel.
+#pragma once
+
+#include "cuda/row_job.cuh"
+#include "cuda/stage1_tile.cuh"
+#include "cuda/stage2_row.cuh"
+
+namespace sonic::cuda {
+
+// The row "parameters" of a top-k call: nothing but T = 1.
+__device__ __forceinline__ void top_k_prologue(RowPrologue* pro, RowKind* kind) {
+  pro->p = SlotParams{};
+  pro->p.temperature = 1.0f;
+  pro->p.top_p = 1.0f;
+  pro->slot = 0;
+  pro->mask = nullptr;
+  pro->greedy = false;
+  pro->penalised = false;
+  pro->has_rules = false;
+  kind->truncated = true;
+  kind->untruncated = false;
+  kind->need_sum = false;
+  kind->need_raw = false;
+  kind->inv_t = 1.0f;
+}
+
+__device__ void top_k_row(const RowJob& job, int32_t r, const RowKind& kind, Stage2Shared& sh) {
+  const int tid = threadIdx.x;
+  const TopKJob& out = job.top_k;
+  if (tid < 32) merge_tiles(job, r, kind, sh);
+  __syncthreads();
+  const float mx = sh.max_key ? detail::key_value(sh.max_key) : -INFINITY;
+  bool ok = mx > -INFINITY && mx < INFINITY;
+  if (ok) {
+    gather_prefix(job, r, mx, 1.0f, out.k, -INFINITY, sh);
+    ok = sh.n <= kGatherCap && sh.n >= out.k;
+  }
+  if (!ok) {
+    if (tid == 0) job.fast.exact_flags[r] = 1;
+    return;
+  }
+  for (int i = tid; i < out.k; i += kFastThreads) {
+    out.ids[r * out.stride + i] = detail::key_token(sh.sorted[i]);
+    if (out.values) out.values[r * out.stride + i] = detail::key_value(sh.sorted[i]);
+  }
+  if (tid == 0) job.fast.exact_flags[r] = 0;
+}
+
+}  // namespace sonic::cuda
