@@ -39,6 +39,8 @@ class CudaBackend final : public SamplerBackend {
     SONIC_CUDA_CHECK(cudaMalloc(&counters_, (2 * rows + 1) * sizeof(int32_t)));
     SONIC_CUDA_CHECK(cudaMemset(counters_, 0, (2 * rows + 1) * sizeof(int32_t)));
     SONIC_CUDA_CHECK(cudaMalloc(&exact_flags_, rows * sizeof(int32_t)));
+    SONIC_CUDA_CHECK(cudaMalloc(&verdicts_, rows * sizeof(cuda::RowVerdict)));
+    SONIC_CUDA_CHECK(cudaMalloc(&row_logprob_, rows * sizeof(float)));
   }
   ~CudaBackend() override {
     cudaFree(z_);
@@ -46,6 +48,8 @@ class CudaBackend final : public SamplerBackend {
     cudaFree(cands_);
     cudaFree(counters_);
     cudaFree(exact_flags_);
+    cudaFree(verdicts_);
+    cudaFree(row_logprob_);
   }
 
   Backend kind() const override { return Backend::kCuda; }
@@ -122,10 +126,54 @@ class CudaBackend final : public SamplerBackend {
     cuda::launch_exact_top_k(job, stream);
   }
 
-  void verify(const LogitsView&, const VerifyInputs&, const BitmaskView&, const VerifyOutputs&,
-              const CallOptions&) override {
-    throw Error(ErrorCode::kUnsupported,
-                "sonic: verify() on the CUDA backend is not implemented yet; use Backend::kCpu");
+  void verify(const LogitsView& logits, const VerifyInputs& in, const BitmaskView& bitmask, const VerifyOutputs& out,
+              const CallOptions& options) override {
+    if (out.rank || out.top_ids)
+      throw Error(ErrorCode::kUnsupported,
+                  "sonic: verify() on the CUDA backend returns logprobs but not yet ranks or top-N "
+                  "(out.rank, out.top_ids); use Backend::kCpu for those");
+    require_device(logits.data, "logits.data");
+    require_device(in.cu_rows, "in.cu_rows");
+    require_device(in.slots, "in.slots");
+    require_device(in.draft_tokens, "in.draft_tokens");
+    require_device(in.rules, "in.rules");
+    require_device(in.draft_probs.dense, "in.draft_probs.dense");
+    require_device(in.draft_probs.sparse_ids, "in.draft_probs.sparse_ids");
+    require_device(in.draft_probs.sparse_probs, "in.draft_probs.sparse_probs");
+    require_device(in.draft_probs.sparse_count, "in.draft_probs.sparse_count");
+    require_device(bitmask.data, "bitmask.data");
+    require_device(bitmask.row_index, "bitmask.row_index");
+    require_device(out.tokens, "out.tokens");
+    require_device(out.num_accepted, "out.num_accepted");
+    require_device(out.status, "out.status");
+    require_device(out.logprob, "out.logprob");
+
+    cuda::RowJob job{};
+    job.logits = logits.data;
+    job.dtype = logits.dtype;
+    job.row_stride = logits.row_stride;
+    job.rows = static_cast<int32_t>(logits.rows);
+    job.bitmask = bitmask.data;
+    job.bitmask_rows = bitmask.rows;
+    job.bitmask_stride = bitmask.row_stride;
+    job.bitmask_index = bitmask.row_index;
+    job.table = table_.view();
+    job.z = z_;
+    job.fast = scratch();
+    // Per-row outputs are scratch: the commit turns the row verdicts into the request outputs.
+    job.out = cuda::RowOutputs{nullptr, out.status, out.logprob ? row_logprob_ : nullptr, nullptr, nullptr, nullptr, 0,
+                               nullptr, nullptr,     nullptr, 0,                                  0};
+    job.verify = cuda::VerifyJob{in.num_requests, in.cu_rows,   in.slots,     in.draft_tokens,
+                                 in.num_drafts_capacity,  in.rules,  in.draft_probs, config_.max_drafts,
+                                 verdicts_,         out.tokens, out.num_accepted, out.out_stride, out.logprob};
+    job.mode = options.logprob_mode;
+    job.advance_step = options.advance_step;
+    job.append_to_history = options.append_to_history;
+    const cudaStream_t stream = static_cast<cudaStream_t>(options.stream);
+    if (in.num_requests == 0) return;
+    cuda::launch_fast_sample(job, stream);
+    job.exact_flags = exact_flags_;
+    cuda::launch_exact_sample(job, stream);
   }
 
  private:
@@ -142,6 +190,8 @@ class CudaBackend final : public SamplerBackend {
   unsigned long long* cands_ = nullptr;
   int32_t* counters_ = nullptr;
   int32_t* exact_flags_ = nullptr;
+  cuda::RowVerdict* verdicts_ = nullptr;  // verification: [max_rows]
+  float* row_logprob_ = nullptr;          // verification: [max_rows] logprob of each row's token
 };
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "cuda/prologue.cuh"
 #include "cuda/row_job.cuh"
 #include "cuda/row_outputs.cuh"
+#include "cuda/verify_row.cuh"
 
 namespace sonic::cuda {
 namespace {
@@ -216,13 +217,22 @@ __device__ void exact_row(const RowJob& job, int32_t r, Shared& sh, unsigned lon
   // Device-side input checks: a bad row is flagged and touches nothing else.
   int32_t slot = -1;
   const int32_t* mask = nullptr;
-  if (!resolve_row(tab, job.slots, r, job.bitmask, job.bitmask_rows, job.bitmask_stride,
-                   job.bitmask_index, &slot, &mask)) {
-    write_invalid_row(job.out, r, threadIdx.x, kBlock);
+  VerifyRow w;
+  const bool verifying = job.verify.num_requests > 0;
+  const RowResolution res = resolve_call_row(job, r, &slot, &mask, &w);
+  if (res == kRowSkip) return;
+  if (res == kRowInvalid || (verifying && !block_request_ok(job, w))) {
+    if (!verifying) write_invalid_row(job.out, r, threadIdx.x, kBlock);
+    else if (threadIdx.x == 0) write_invalid_verify_row(job, r);
     return;
   }
   RowPrologue pro;
   pro.init(tab, slot, mask);
+  if (verifying) {
+    pro.position = static_cast<uint32_t>(w.j);
+    pro.prev_drafts = job.verify.draft_tokens + w.draft0;
+    pro.n_prev = w.j;
+  }
   const SlotParams& p = pro.p;
   const uint64_t step = tab.step[slot];
   const bool greedy = pro.greedy;
@@ -293,7 +303,7 @@ __device__ void exact_row(const RowJob& job, int32_t r, Shared& sh, unsigned lon
       if (target > 0) cut = max(cut, BlockSelect<kBlock>::select_desc(V, target, z_key, mass, sh.select));
     }
     // Gumbel-max over the kept set, ties to the lower id; among +inf scores the noise alone.
-    const uint32_t purpose = detail::purpose(detail::Draw::kSampling, 0);
+    const uint32_t purpose = detail::purpose(detail::Draw::kSampling, pro.position);
     ArgMax local{0.0, -1};
     double sum = 0.0;
     int n_inf = 0, n_kept = 0;
@@ -314,6 +324,52 @@ __device__ void exact_row(const RowJob& job, int32_t r, Shared& sh, unsigned lon
     kept_sum = block_sum_f64(sum, sh);
     kept_inf = block_sum_i32(n_inf, sh);
     kept = block_sum_i32(n_kept, sh);
+  }
+
+  // Verification: the row verdict; its logprob outputs are those of the token it emits.
+  int32_t stop = 1;
+  if (verifying && token >= 0) {
+    const VerifyJob& v = job.verify;
+    const int32_t j = w.j;
+    const int64_t d = w.draft0 + j;
+    const int32_t dj = j < w.n ? v.draft_tokens[d] : -1;
+    auto prob = [&](int32_t t) -> float {  // p_j(t) in fp32, 0 outside the kept set
+      const unsigned long long key = z_key(t);
+      if (key == 0 || key < cut) return 0.0f;
+      if (m == INFINITY) return z[t] == INFINITY ? 1.0f / static_cast<float>(kept_inf) : 0.0f;
+      return static_cast<float>(exp(static_cast<double>(z[t]) - static_cast<double>(m)) / kept_sum);
+    };
+    // Gumbel-max over the kept set with kind-2 noise at `pos`; base score or -inf to leave out.
+    auto correction = [&](uint32_t pos, auto&& score_of) {
+      const uint32_t purpose_c = detail::purpose(detail::Draw::kCorrection, pos);
+      ArgMax local{0.0, -1};
+      for (int32_t t = threadIdx.x; t < V; t += kBlock) {
+        const unsigned long long key = z_key(t);
+        if (key == 0 || key < cut) continue;
+        const double sc = score_of(t);
+        if (!(sc > -INFINITY)) continue;
+        local = ArgMaxOp()(local, ArgMax{sc + gumbel_exact(p.seed, step, purpose_c, t), t});
+      }
+      return block_argmax(local, sh).token;
+    };
+    auto sample_score = [&](int32_t t) -> double {  // z, or the noise alone among +inf scores
+      if (m == INFINITY) return z[t] == INFINITY ? 0.0 : -static_cast<double>(INFINITY);
+      return static_cast<double>(z[t]);
+    };
+    if (greedy || w.rule == static_cast<int32_t>(VerifyRule::kStrict)) {
+      stop = j == w.n || dj != token;
+    } else if (j == w.n) {
+      token = correction(static_cast<uint32_t>(j), sample_score);  // the bonus token
+    } else if (accepts(p.seed, step, j, prob(dj), draft_prob(v, w.rule, d, dj, dj))) {
+      token = dj;
+      stop = 0;
+    } else {
+      const int32_t c = correction(static_cast<uint32_t>(j), [&](int32_t t) -> double {
+        const float rr = detail::sub_rn(prob(t), draft_prob(v, w.rule, d, dj, t));
+        return rr > 0.0f ? log(static_cast<double>(rr)) : -static_cast<double>(INFINITY);
+      });
+      token = c >= 0 ? c : correction(static_cast<uint32_t>(j), sample_score);
+    }
   }
 
   // Logprob outputs in the call's mode.
@@ -371,14 +427,18 @@ __device__ void exact_row(const RowJob& job, int32_t r, Shared& sh, unsigned lon
   }
 
   if (threadIdx.x == 0) {
-    out.tokens[r] = token;
+    if (verifying) job.verify.verdicts[r] = RowVerdict{token, stop};
+    else out.tokens[r] = token;
     if (out.status) out.status[r] = status;
   }
 }
 
 // The state updates of every row of the call, once every row has read the state: the emitted token
 // joins the slot's history and the slot's step advances (once per row naming it).
+__device__ void commit_requests(const RowJob& job);
+
 __device__ void commit_rows(const RowJob& job) {
+  if (job.verify.num_requests > 0) return commit_requests(job);
   const SlotTableView& tab = job.table;
   for (int32_t r = threadIdx.x; r < job.rows; r += kBlock) {
     int32_t slot;
@@ -390,6 +450,44 @@ __device__ void commit_rows(const RowJob& job) {
     if (job.append_to_history && token >= 0 && !history_append(tab, slot, token) && job.out.status)
       job.out.status[r] = __ldcg(job.out.status + r) | kStatusHistoryFull;
     if (job.advance_step) atomicAdd(reinterpret_cast<unsigned long long*>(tab.step + slot), 1ull);
+  }
+}
+
+// Verification: each request's outputs from its rows' verdicts (accepted drafts, then the row that
+// stops), its emitted tokens appended to its slot's history and its step advanced once.
+__device__ void commit_requests(const RowJob& job) {
+  const SlotTableView& tab = job.table;
+  const VerifyJob& v = job.verify;
+  for (int32_t b = threadIdx.x; b < v.num_requests; b += kBlock) {
+    int32_t* tokens = v.tokens + b * v.out_stride;
+    float* lps = v.logprob ? v.logprob + b * v.out_stride : nullptr;
+    for (int64_t i = 0; i < v.out_stride; ++i) {
+      tokens[i] = -1;
+      if (lps) lps[i] = -INFINITY;
+    }
+    v.num_accepted[b] = 0;
+    const int32_t first = v.cu_rows[b];
+    const VerifyRow w = locate_verify_row(job, first);
+    if (w.request != b || !w.shape_ok || !request_inputs_ok(job, w, 0, 1)) continue;
+    bool rows_ok = true;
+    for (int32_t j = 0; j <= w.n; ++j)
+      rows_ok &= !(job.out.status && (__ldcg(job.out.status + first + j) & kStatusInvalidInput));
+    if (!rows_ok) continue;
+    int32_t j = 0, last_row = first;
+    for (; j <= w.n; ++j) {
+      const RowVerdict verdict{__ldcg(&v.verdicts[first + j].emit), __ldcg(&v.verdicts[first + j].stop)};
+      tokens[j] = verdict.emit;
+      if (lps) lps[j] = __ldcg(job.out.logprob + first + j);
+      last_row = first + j;
+      if (verdict.stop) break;
+    }
+    v.num_accepted[b] = j;
+    for (int32_t i = 0; i <= j && i <= w.n; ++i) {
+      if (!job.append_to_history || tokens[i] < 0) continue;
+      if (!history_append(tab, w.slot, tokens[i]) && job.out.status)
+        job.out.status[last_row] = __ldcg(job.out.status + last_row) | kStatusHistoryFull;
+    }
+    if (job.advance_step) atomicAdd(reinterpret_cast<unsigned long long*>(tab.step + w.slot), 1ull);
   }
 }
 

@@ -9,6 +9,7 @@
 #include "cuda/stage2_row.cuh"
 #include "cuda/tile_loader.cuh"
 #include "cuda/top_k_row.cuh"
+#include "cuda/verify_row.cuh"
 
 namespace sonic::cuda {
 namespace {
@@ -38,19 +39,31 @@ __global__ void __launch_bounds__(kFastThreads, 5) fast_sample_kernel(RowJob job
   }
   int32_t slot;
   const int32_t* mask;
-  if (!resolve_row(tab, job.slots, r, job.bitmask, job.bitmask_rows, job.bitmask_stride, job.bitmask_index, &slot,
-                   &mask)) {
+  VerifyRow w;
+  const RowResolution res = resolve_call_row(job, r, &slot, &mask, &w);
+  if (res != kRowOk) {
     if (tile == 0) {
-      write_invalid_row(job.out, r, threadIdx.x, kFastThreads);
+      if (res == kRowInvalid) {
+        if (job.verify.num_requests) {
+          if (threadIdx.x == 0) write_invalid_verify_row(job, r);
+        } else {
+          write_invalid_row(job.out, r, threadIdx.x, kFastThreads);
+        }
+      }
       if (threadIdx.x == 0) job.fast.exact_flags[r] = 0;
     }
     return;
   }
   RowPrologue pro;
   pro.init(tab, slot, mask);
+  if (job.verify.num_requests) {
+    pro.position = static_cast<uint32_t>(w.j);
+    pro.prev_drafts = job.verify.draft_tokens + w.draft0;
+    pro.n_prev = w.j;
+  }
   const RowKind kind = row_kind(pro, job, V);
   if (!stage1_tile<D>(job, r, tile, slot, pro, kind, x, sh.s1, &last)) return;
-  stage2_row(job, r, slot, pro, kind, sh.s2);
+  stage2_row(job, r, slot, pro, kind, w, sh.s2);
 }
 
 }  // namespace

@@ -16,8 +16,16 @@ struct RowPrologue {
   bool greedy;
   bool penalised;
   bool has_rules;  // any of steps 1-4 can change a logit
+  // Verification: the row's position (the sampling noise's) and the drafts before it, which count
+  // as output tokens for the penalties. Single-step rows: position 0, no drafts.
+  uint32_t position;
+  const int32_t* prev_drafts;
+  int32_t n_prev;
 
   __device__ void init(const SlotTableView& tab, int32_t slot_id, const int32_t* mask_row) {
+    position = 0;
+    prev_drafts = nullptr;
+    n_prev = 0;
     slot = slot_id;
     p = tab.params[slot_id];
     mask = mask_row;
@@ -48,7 +56,8 @@ struct RowPrologue {
     bool in_scope = false;
     int32_t count = 0;
     if (penalised) {
-      const TokenHistory h = history_lookup(tab, slot, t);
+      TokenHistory h = history_lookup(tab, slot, t);
+      for (int32_t i = 0; i < n_prev; ++i) h.output += prev_drafts[i] == t;
       in_scope = (p.flags & kSlotRepetitionOutputOnly) ? h.output > 0 : h.prompt + h.output > 0;
       count = h.output + ((p.flags & kSlotPenaltiesIncludePrompt) ? h.prompt : 0);
     }

@@ -72,6 +72,30 @@ struct TopKJob {
   int64_t stride;
 };
 
+// What a target row of a verification call leaves for its request's commit (docs/design-verify.md).
+// Its logprob (of `emit`, in the call's mode) goes to RowOutputs::logprob[row], a [rows] scratch.
+struct RowVerdict {
+  int32_t emit;  // the token this row emits if the request reaches it (-1: none)
+  int32_t stop;  // 1: the request ends at this row (rejection, mismatch, bonus or no token)
+};
+
+// A verification call (Sampler::verify): rows are the packed target rows.
+struct VerifyJob {
+  int32_t num_requests;     // B; 0: a sampling call
+  const int32_t* cu_rows;   // [B + 1] exclusive offsets
+  const int32_t* slots;     // [B] or null (request b is slot b)
+  const int32_t* draft_tokens;
+  int64_t num_drafts_capacity;
+  const int32_t* rules;     // [B] VerifyRule or null (one-hot)
+  DraftProbsView q;
+  int32_t max_drafts;
+  RowVerdict* verdicts;     // [rows] scratch
+  int32_t* tokens;          // [B, out_stride]
+  int32_t* num_accepted;    // [B]
+  int64_t out_stride;
+  float* logprob;           // [B, out_stride] or null
+};
+
 struct RowJob {
   const void* logits;
   DType dtype;
@@ -87,7 +111,8 @@ struct RowJob {
   const int32_t* exact_flags;  // exact path: rows with a nonzero flag only (null: every row)
   FastScratch fast;
   RowOutputs out;
-  TopKJob top_k;  // k = 0: sampling
+  TopKJob top_k;    // k = 0: sampling or verification
+  VerifyJob verify;  // num_requests = 0: sampling
   LogprobMode mode;
   bool advance_step;
   bool append_to_history;

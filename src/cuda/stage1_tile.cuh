@@ -149,6 +149,13 @@ __device__ __forceinline__ void warp_rules(const SlotTableView& tab, const RowPr
       if (in_load / L::kWidth == lane) slow |= 1u << (c * L::kWidth + in_load % L::kWidth);
     }
   }
+  if (pro.penalised)  // verification: the drafts before this row count as output tokens
+    for (int32_t e = 0; e < pro.n_prev; ++e) {
+      const int32_t o = pro.prev_drafts[e] - warp_base;
+      if (o < 0 || o >= kWarpTokens) continue;
+      const int32_t c = o / (32 * L::kWidth), in_load = o % (32 * L::kWidth);
+      if (in_load / L::kWidth == lane) slow |= 1u << (c * L::kWidth + in_load % L::kWidth);
+    }
   const bool allowed_list = p.flags & kSlotHasAllowed;
 #pragma unroll
   for (int i = 0; i < kLaneTokens; ++i) {
@@ -187,7 +194,6 @@ __device__ bool stage1_tile(const RowJob& job, int32_t r, int32_t tile, int32_t 
                             const RowKind& k, float (&x)[kLaneTokens], Stage1Shared& sh, int* last_flag) {
   using L = LaneLayout<D>;
   const SlotTableView& tab = job.table;
-  const int32_t V = tab.vocab_size;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int32_t warp_base = tile * kTile + warp * kWarpTokens;
   // NaN stays in x: every comparison below is false for it (never valid, never a candidate), the
@@ -273,7 +279,7 @@ __device__ bool stage1_tile(const RowJob& job, int32_t r, int32_t tile, int32_t 
     // below the maximum never wins.
     const float T = pro.p.temperature;
     const float reach = detail::apply_temperature(wm, T) - 25.7f;
-    const uint32_t purpose = detail::purpose(detail::Draw::kSampling, 0);
+    const uint32_t purpose = detail::purpose(detail::Draw::kSampling, pro.position);
     const uint64_t step = tab.step[slot];
     ArgMaxF win{0.0f, -1};
 #pragma unroll

@@ -15,6 +15,7 @@
 #include "common/token_rules.hpp"
 #include "cuda/row_outputs.cuh"
 #include "cuda/stage1_tile.cuh"
+#include "cuda/verify_row.cuh"
 
 namespace sonic::cuda {
 
@@ -279,8 +280,11 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
 }
 
 // Stage 2 for row r (the whole block).
+__device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro, const RowKind& k, const VerifyRow& w,
+                            int kept, double kept_sum, float zm, int32_t token, Stage2Shared& sh);
+
 __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const RowPrologue& pro, const RowKind& k,
-                           Stage2Shared& sh) {
+                           const VerifyRow& w, Stage2Shared& sh) {
   const SlotTableView& tab = job.table;
   const int32_t V = tab.vocab_size;
   const RowOutputs& out = job.out;
@@ -288,6 +292,14 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
   const int tid = threadIdx.x;
   if (tid < 32) merge_tiles(job, r, k, sh);
   __syncthreads();
+  const bool verifying = job.verify.num_requests > 0;
+  if (verifying && !block_request_ok(job, w)) {
+    if (tid == 0) {
+      write_invalid_verify_row(job, r);
+      job.fast.exact_flags[r] = 0;
+    }
+    return;
+  }
 
   const unsigned long long max_key = sh.max_key;
   const float mx = max_key ? detail::key_value(max_key) : -INFINITY;
@@ -295,6 +307,8 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
   bool exact = max_key == 0 || mx == INFINITY || out.rank != nullptr || (out.top_ids != nullptr && p.top_n > 0) ||
                (want_lp && job.mode == LogprobMode::kRaw && !(sh.raw_max > -INFINITY && sh.raw_max < INFINITY));
   if (k.untruncated && ((out.final_ids && sh.valid <= out.final_capacity) || sh.win.token < 0)) exact = true;
+  // Verification of a random request needs p_j as a list: untruncated rows take the exact path.
+  if (verifying && k.untruncated && w.rule != static_cast<int32_t>(VerifyRule::kStrict)) exact = true;
   const float T = p.temperature;
   const float zm = pro.greedy ? mx : detail::apply_temperature(mx, T);
 
@@ -340,7 +354,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
       } else {
         kept_sum = sh.cum[kept - 1];
         // Gumbel-max over the kept set, noise in double exactly as the reference draws it.
-        const uint32_t purpose = detail::purpose(detail::Draw::kSampling, 0);
+        const uint32_t purpose = detail::purpose(detail::Draw::kSampling, pro.position);
         const uint64_t step = tab.step[slot];
         ArgMaxD local{0.0, -1};
         for (int i = tid; i < kept; i += kFastThreads) {
@@ -361,6 +375,10 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     return;
   }
   __syncthreads();  // sh.sorted[0] of greedy rows
+  if (verifying) {
+    verdict_row(job, r, pro, k, w, kept, kept_sum, zm, token, sh);
+    return;
+  }
 
   // Outputs of a settled row.
   if (out.final_ids) {
@@ -403,6 +421,98 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     if (out.final_count) out.final_count[r] = kept;
     out.tokens[r] = token;
     if (out.status) out.status[r] = sh.nan ? kStatusNaN : 0;
+    job.fast.exact_flags[r] = 0;
+  }
+}
+
+// The row verdict of a settled verification row (docs/design-verify.md). The kept set is
+// sh.sorted[0, kept) (z keys; greedy rows: the argmax alone) with p_i = exp(z_i - zm) / kept_sum;
+// token is the row's kind-0 sample at its position (greedy rows: the argmax).
+__device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro, const RowKind& k, const VerifyRow& w,
+                            int kept, double kept_sum, float zm, int32_t token, Stage2Shared& sh) {
+  const VerifyJob& v = job.verify;
+  const SlotParams& p = pro.p;
+  const int tid = threadIdx.x;
+  const uint64_t step = job.table.step[w.slot];
+  const int32_t j = w.j;
+  const int64_t d = w.draft0 + j;
+  const int32_t dj = j < w.n ? v.draft_tokens[d] : -1;
+  const bool strict = pro.greedy || w.rule == static_cast<int32_t>(VerifyRule::kStrict);
+  auto prob = [&](int i) {  // p_j of the i-th kept token, fp32 as the reference casts it
+    return static_cast<float>(exp(static_cast<double>(detail::key_value(sh.sorted[i])) - static_cast<double>(zm)) /
+                              kept_sum);
+  };
+  // Gumbel-max over the kept set with kind-2 noise at position `pos`; `score_of` gives the base
+  // score of kept token i (or -inf to leave it out).
+  auto correction = [&](uint32_t pos, auto&& score_of) {
+    const uint32_t purpose = detail::purpose(detail::Draw::kCorrection, pos);
+    ArgMaxD local{0.0, -1};
+    for (int i = tid; i < kept; i += kFastThreads) {
+      const double s = score_of(i);
+      if (!(s > -INFINITY)) continue;
+      const int32_t t = detail::key_token(sh.sorted[i]);
+      local = ArgMaxDOp()(local, ArgMaxD{s + gumbel_exact(p.seed, step, purpose, t), t});
+    }
+    const ArgMaxD best = cub::BlockReduce<ArgMaxD, kFastThreads>(sh.temp.argmax).Reduce(local, ArgMaxDOp());
+    __syncthreads();
+    if (tid == 0) sh.token = best.token;
+    __syncthreads();
+    const int32_t out = sh.token;
+    __syncthreads();
+    return out;
+  };
+  auto z_score = [&](int i) { return static_cast<double>(detail::key_value(sh.sorted[i])); };
+
+  int32_t emit, stop;
+  if (strict) {
+    emit = token;
+    stop = j == w.n || dj != token;
+  } else if (j == w.n) {
+    emit = correction(static_cast<uint32_t>(j), z_score);  // the bonus token: a kind-2 sample of p_n
+    stop = 1;
+  } else {
+    // p_j(d_j): d_j's place in the kept set, if any.
+    if (tid == 0) sh.kept = -1;
+    __syncthreads();
+    for (int i = tid; i < kept; i += kFastThreads)
+      if (detail::key_token(sh.sorted[i]) == dj) sh.kept = i;
+    __syncthreads();
+    const int at = sh.kept;
+    __syncthreads();
+    const float pd = at >= 0 ? prob(at) : 0.0f;
+    const float qd = draft_prob(v, w.rule, d, dj, dj);
+    if (accepts(p.seed, step, j, pd, qd)) {
+      emit = dj;
+      stop = 0;
+    } else {
+      // The residual max(0, p - q) in fp32, sampled as argmax(log r + G); empty: a sample of p_j.
+      emit = correction(static_cast<uint32_t>(j), [&](int i) {
+        const float rr = detail::sub_rn(prob(i), draft_prob(v, w.rule, d, dj, detail::key_token(sh.sorted[i])));
+        return rr > 0.0f ? log(static_cast<double>(rr)) : -static_cast<double>(INFINITY);
+      });
+      if (emit < 0) emit = correction(static_cast<uint32_t>(j), z_score);
+      stop = 1;
+    }
+  }
+  if (tid == 0) {
+    if (job.out.logprob) {
+      const size_t elem = job.dtype == DType::kF32 ? 4 : 2;
+      const void* row = static_cast<const char*>(job.logits) + r * job.row_stride * elem;
+      const float x = detail::load_logit(row, job.dtype, emit);
+      float lp;
+      if (job.mode == LogprobMode::kRaw) {
+        lp = static_cast<float>(static_cast<double>(x) - static_cast<double>(sh.raw_max) - log(sh.raw_sum));
+      } else if (job.mode == LogprobMode::kFinal && pro.greedy) {
+        lp = 0.0f;  // the argmax; greedy rows emit nothing else
+      } else {
+        const float zt = pro.apply(job.table, emit, detail::is_nan(x) ? -INFINITY : x);
+        const double norm = job.mode == LogprobMode::kFinal && k.truncated ? kept_sum : sh.sum_all;
+        lp = static_cast<float>(static_cast<double>(zt) - static_cast<double>(zm) - log(norm));
+      }
+      job.out.logprob[r] = lp;
+    }
+    v.verdicts[r] = RowVerdict{emit, stop};
+    if (job.out.status) job.out.status[r] = sh.nan ? kStatusNaN : 0;
     job.fast.exact_flags[r] = 0;
   }
 }

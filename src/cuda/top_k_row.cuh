@@ -20,6 +20,9 @@ __device__ __forceinline__ void top_k_prologue(RowPrologue* pro, RowKind* kind) 
   pro->greedy = false;
   pro->penalised = false;
   pro->has_rules = false;
+  pro->position = 0;
+  pro->prev_drafts = nullptr;
+  pro->n_prev = 0;
   kind->truncated = true;
   kind->untruncated = false;
   kind->need_sum = false;
