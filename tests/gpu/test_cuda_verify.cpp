@@ -1,0 +1,242 @@
+// Sampler::verify on the CUDA backend against the CPU reference: random mixed batches (greedy,
+// strict, one-hot, dense and sparse draft distributions; truncated and untruncated requests;
+// penalties over prompts and drafts; bitmasks; the nasty rows of the harness), every token, the
+// accepted counts, per-row statuses and the logprobs of emitted tokens; disagreements are counted
+// and shown. Also: state after the call (steps and histories) equals the CPU's, seen through a
+// second call.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu_harness.hpp"
+#include "sonic/sonic.hpp"
+
+namespace {
+
+using sonic::Backend;
+using sonic::BitmaskView;
+using sonic::CallOptions;
+using sonic::DType;
+using sonic::LogitsView;
+using sonic::Sampler;
+using sonic::SamplerConfig;
+using sonic::VerifyInputs;
+using sonic::VerifyOutputs;
+using sonic::VerifyRule;
+using sonic_gpu::DeviceBuffer;
+
+constexpr int32_t kMaxDrafts = 5;
+constexpr int32_t kSparseCap = 16;
+
+struct VerifyCase {
+  sonic_gpu::Batch rows;              // the packed target rows (params and prompts per row unused)
+  std::vector<sonic::RequestParams> params;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int32_t> cu_rows, drafts, rules;
+  std::vector<float> dense;           // [drafts, V]
+  std::vector<int32_t> sparse_ids, sparse_count;
+  std::vector<float> sparse_probs;    // [drafts, kSparseCap]
+};
+
+VerifyCase make_case(std::mt19937_64& rng, int32_t V, int32_t B, DType dtype) {
+  VerifyCase c;
+  std::vector<int32_t> n(B);
+  int32_t rows = 0;
+  c.cu_rows.push_back(0);
+  for (int32_t b = 0; b < B; ++b) {
+    n[b] = static_cast<int32_t>(rng() % (kMaxDrafts + 1));
+    rows += n[b] + 1;
+    c.cu_rows.push_back(rows);
+  }
+  c.rows = sonic_gpu::random_batch(rng, V, rows, dtype, 0, true);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (int32_t b = 0; b < B; ++b) {
+    c.params.push_back(sonic_gpu::random_params(rng, V, 0));
+    c.prompts.push_back(c.rows.prompts[b]);
+    c.rules.push_back(static_cast<int32_t>(rng() % 4));
+    for (int32_t j = 0; j < n[b]; ++j) {
+      // Half the drafts are the target row's argmax (often accepted), half random.
+      const float* row = c.rows.logits.data() + static_cast<size_t>(c.cu_rows[b] + j) * c.rows.cols;
+      int32_t d = static_cast<int32_t>(rng() % V);
+      if (u(rng) < 0.5f) d = static_cast<int32_t>(std::max_element(row, row + V) - row);
+      c.drafts.push_back(d);
+      // q: a few tokens around the draft with random mass, as dense and as sparse lists.
+      std::vector<float> q(V, 0.0f);
+      std::vector<int32_t> ids = {d};
+      for (int i = 0; i < 1 + static_cast<int>(rng() % (kSparseCap - 1)); ++i) ids.push_back(static_cast<int32_t>(rng() % V));
+      float total = 0.0f;
+      std::vector<float> w(ids.size());
+      for (auto& x : w) total += (x = 0.05f + u(rng));
+      for (size_t i = 0; i < ids.size(); ++i) q[ids[i]] += w[i] / total;
+      c.dense.insert(c.dense.end(), q.begin(), q.end());
+      int32_t count = 0;
+      for (size_t i = 0; i < ids.size() && count < kSparseCap; ++i) {
+        c.sparse_ids.push_back(ids[i]);
+        c.sparse_probs.push_back(q[ids[i]]);
+        ++count;
+      }
+      for (int32_t i = count; i < kSparseCap; ++i) {
+        c.sparse_ids.push_back(-1);
+        c.sparse_probs.push_back(0.0f);
+      }
+      c.sparse_count.push_back(count);
+    }
+  }
+  return c;
+}
+
+SamplerConfig config(Backend backend, int32_t V, int32_t B, int32_t rows) {
+  SamplerConfig cfg;
+  cfg.backend = backend;
+  cfg.vocab_size = V;
+  cfg.max_slots = B;
+  cfg.max_rows = rows;
+  cfg.max_drafts = kMaxDrafts;
+  cfg.max_history = 4096;
+  return cfg;
+}
+
+struct Result {
+  std::vector<int32_t> tokens, accepted, status;
+  std::vector<float> logprob;
+};
+
+// One call on either backend; host vectors in and out (uploaded for CUDA).
+Result run(Sampler& s, const VerifyCase& c, sonic::LogprobMode mode) {
+  const int32_t B = static_cast<int32_t>(c.params.size()), rows = c.rows.rows, W = kMaxDrafts + 1;
+  const int32_t V = c.rows.V;
+  const bool gpu = s.backend() == Backend::kCuda;
+  const size_t elem = c.rows.dtype == DType::kF32 ? 4 : 2;
+  std::vector<uint16_t> half;
+  const void* logits = c.rows.logits.data();
+  if (elem == 2) {
+    half.resize(c.rows.logits.size());
+    for (size_t i = 0; i < half.size(); ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &c.rows.logits[i], 4);
+      half[i] = c.rows.dtype == DType::kBF16 ? static_cast<uint16_t>(bits >> 16) : sonic_gpu::float_to_f16(c.rows.logits[i]);
+    }
+    logits = half.data();
+  }
+  Result res;
+  res.tokens.assign(static_cast<size_t>(B) * W, -7);
+  res.accepted.assign(B, -7);
+  res.status.assign(rows, -7);
+  res.logprob.assign(static_cast<size_t>(B) * W, 0.0f);
+  auto dev = [&](const void* host, size_t bytes, std::vector<std::unique_ptr<DeviceBuffer<char>>>& keep) -> void* {
+    if (!gpu || host == nullptr) return const_cast<void*>(host);
+    keep.push_back(std::make_unique<DeviceBuffer<char>>(bytes));
+    cudaMemcpy(keep.back()->get(), host, bytes, cudaMemcpyHostToDevice);
+    return keep.back()->get();
+  };
+  std::vector<std::unique_ptr<DeviceBuffer<char>>> keep;
+  VerifyInputs in;
+  in.num_requests = B;
+  in.cu_rows = static_cast<const int32_t*>(dev(c.cu_rows.data(), c.cu_rows.size() * 4, keep));
+  in.draft_tokens = static_cast<const int32_t*>(dev(c.drafts.data(), std::max<size_t>(1, c.drafts.size()) * 4, keep));
+  in.num_drafts_capacity = static_cast<int64_t>(c.drafts.size());
+  in.rules = static_cast<const int32_t*>(dev(c.rules.data(), c.rules.size() * 4, keep));
+  const int64_t D = static_cast<int64_t>(c.drafts.size());
+  in.draft_probs.dense = static_cast<const float*>(dev(c.dense.data(), std::max<size_t>(1, c.dense.size()) * 4, keep));
+  in.draft_probs.dense_rows = D;
+  in.draft_probs.dense_stride = V;
+  in.draft_probs.sparse_ids = static_cast<const int32_t*>(dev(c.sparse_ids.data(), std::max<size_t>(1, c.sparse_ids.size()) * 4, keep));
+  in.draft_probs.sparse_probs = static_cast<const float*>(dev(c.sparse_probs.data(), std::max<size_t>(1, c.sparse_probs.size()) * 4, keep));
+  in.draft_probs.sparse_count = static_cast<const int32_t*>(dev(c.sparse_count.data(), std::max<size_t>(1, c.sparse_count.size()) * 4, keep));
+  in.draft_probs.sparse_rows = D;
+  in.draft_probs.sparse_stride = kSparseCap;
+  const void* x = dev(logits, c.rows.logits.size() * elem, keep);
+  BitmaskView bm{static_cast<const int32_t*>(dev(c.rows.bitmask.data(), c.rows.bitmask.size() * 4, keep)), rows,
+                 c.rows.words, c.rows.words,
+                 static_cast<const int32_t*>(dev(c.rows.bitmask_index.data(), c.rows.bitmask_index.size() * 4, keep))};
+  VerifyOutputs out;
+  out.out_stride = W;
+  out.tokens = static_cast<int32_t*>(dev(res.tokens.data(), res.tokens.size() * 4, keep));
+  out.num_accepted = static_cast<int32_t*>(dev(res.accepted.data(), res.accepted.size() * 4, keep));
+  out.status = static_cast<int32_t*>(dev(res.status.data(), res.status.size() * 4, keep));
+  out.logprob = static_cast<float*>(dev(res.logprob.data(), res.logprob.size() * 4, keep));
+  CallOptions opt;
+  opt.logprob_mode = mode;
+  s.verify(LogitsView{x, c.rows.dtype, rows, c.rows.cols, c.rows.cols}, in, bm, out, opt);
+  if (gpu) {
+    cudaDeviceSynchronize();
+    cudaMemcpy(res.tokens.data(), out.tokens, res.tokens.size() * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(res.accepted.data(), out.num_accepted, res.accepted.size() * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(res.status.data(), out.status, res.status.size() * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(res.logprob.data(), out.logprob, res.logprob.size() * 4, cudaMemcpyDeviceToHost);
+  }
+  return res;
+}
+
+struct Shape {
+  int32_t V;
+  DType dtype;
+};
+
+class CudaVerify : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(CudaVerify, MatchesReferenceTokenForToken) {
+  const Shape shape = GetParam();
+  std::mt19937_64 rng(shape.V * 13 + static_cast<int>(shape.dtype));
+  const int32_t B = 24;
+  int requests = 0, disagreements = 0;
+  for (int round = 0; round < 3; ++round) {
+    const VerifyCase c = make_case(rng, shape.V, B, shape.dtype);
+    Sampler gpu(config(Backend::kCuda, shape.V, B, c.rows.rows));
+    Sampler cpu(config(Backend::kCpu, shape.V, B, c.rows.rows));
+    for (int32_t b = 0; b < B; ++b) {
+      gpu.admit(b, c.params[b], c.prompts[b].data(), static_cast<int64_t>(c.prompts[b].size()));
+      cpu.admit(b, c.params[b], c.prompts[b].data(), static_cast<int64_t>(c.prompts[b].size()));
+    }
+    const sonic::LogprobMode mode = static_cast<sonic::LogprobMode>(round % 3);
+    // Two calls: the second one reads the state the first one committed.
+    for (int call = 0; call < 2; ++call) {
+      const Result g = run(gpu, c, mode), want = run(cpu, c, mode);
+      for (int32_t b = 0; b < B; ++b) {
+        ++requests;
+        bool same = g.accepted[b] == want.accepted[b];
+        for (int32_t i = 0; i <= kMaxDrafts; ++i) {
+          same &= g.tokens[b * (kMaxDrafts + 1) + i] == want.tokens[b * (kMaxDrafts + 1) + i];
+          const float a = g.logprob[b * (kMaxDrafts + 1) + i], e = want.logprob[b * (kMaxDrafts + 1) + i];
+          if (same && !(a == e || std::fabs(a - e) <= 2e-3f * std::max(1.0f, std::fabs(e))))
+            ADD_FAILURE() << "request " << b << " position " << i << " logprob " << a << " want " << e;
+        }
+        for (int32_t r = c.cu_rows[b]; r < c.cu_rows[b + 1]; ++r) same &= g.status[r] == want.status[r];
+        if (!same) {
+          ++disagreements;
+          std::string got, exp;
+          for (int32_t i = 0; i <= kMaxDrafts; ++i) {
+            got += std::to_string(g.tokens[b * (kMaxDrafts + 1) + i]) + " ";
+            exp += std::to_string(want.tokens[b * (kMaxDrafts + 1) + i]) + " ";
+          }
+          ADD_FAILURE() << "V=" << shape.V << " round " << round << " call " << call << " request " << b << " rule "
+                        << c.rules[b] << " T=" << c.params[b].temperature << ": got [" << got << "] accepted "
+                        << g.accepted[b] << ", want [" << exp << "] accepted " << want.accepted[b];
+        }
+      }
+    }
+  }
+  std::printf("verify V=%d dtype=%d: %d requests compared, %d disagreements\n", shape.V, static_cast<int>(shape.dtype),
+              requests, disagreements);
+  EXPECT_EQ(disagreements, 0);
+}
+
+std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
+  const char* d = info.param.dtype == DType::kF32 ? "f32" : info.param.dtype == DType::kBF16 ? "bf16" : "f16";
+  return "V" + std::to_string(info.param.V) + "_" + d;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaVerify,
+                         ::testing::Values(Shape{1000, DType::kF32}, Shape{32000, DType::kF32}, Shape{32000, DType::kBF16},
+                                           Shape{151936, DType::kF32}),
+                         shape_name);
+
+}  // namespace
