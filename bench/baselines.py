@@ -3,6 +3,10 @@
 vLLM-style sampling written from its documented semantics: temperature, sort the vocabulary,
 top-k and top-p masks on the sorted logits, softmax, then the exponential race argmax(p / E).
 Also torch.argmax (greedy) and torch.topk(k=128). FlashInfer is timed when it imports.
+Suite "verify" (--suite verify): a rejection sampler written from vLLM's documented semantics
+(target probabilities after temperature / top-k / top-p, accept when u * q(d) <= p(d), recovered
+token from max(p - q, 0), bonus token from the last row), for all-greedy, all-random (one-hot q) and
+dense-q batches.
 Appends JSON lines to --out. Timing: CUDA-graph replay of one captured call per rotating buffer
 (mean per call) and eager launches (median of 100 after 25 warm-ups)."""
 import argparse
@@ -39,6 +43,80 @@ def vllm_style(logits, temp, k, p):
     probs = x.softmax(dim=-1)
     q = torch.empty_like(probs).exponential_()
     return probs.div_(q).argmax(dim=-1)
+
+
+def truncated_probs(logits, temp, k, p):
+    """vLLM's target probabilities: temperature, top-k and top-p masks on the sorted logits, softmax."""
+    x = logits.float() / temp[:, None]
+    srt, idx = x.sort(dim=-1, descending=False)
+    V = srt.shape[1]
+    kth = srt.gather(1, (V - k).long().clamp(0, V - 1)[:, None])
+    srt = srt.masked_fill(srt < kth, float("-inf"))
+    cum = srt.softmax(dim=-1).cumsum(dim=-1)
+    drop = cum <= (1.0 - p)[:, None]
+    drop[:, -1] = False
+    srt = srt.masked_fill(drop, float("-inf"))
+    return torch.empty_like(srt).scatter_(1, idx, srt).softmax(dim=-1)
+
+
+def rejection_sample(logits, drafts, q, temp, k, p, greedy):
+    """vLLM-style rejection sampling of B requests with n drafts each. logits [B (n + 1), V] (each
+    request's n target rows, then its bonus row), drafts [B, n] int64, q [B, n, V] or None (one-hot).
+    Returns [B, n + 1] int64 with -1 after the emitted tokens."""
+    B, n = drafts.shape
+    V = logits.shape[1]
+    if greedy:
+        target = logits.view(B, n + 1, V).argmax(dim=-1)
+        match = (target[:, :n] == drafts).int().cumprod(dim=1)
+        acc = match.sum(dim=1)
+        emitted = target.gather(1, acc[:, None])
+    else:
+        probs = truncated_probs(logits, temp, k, p).view(B, n + 1, V)
+        pd = probs[:, :n].gather(2, drafts[..., None]).squeeze(-1)
+        qd = q.gather(2, drafts[..., None]).squeeze(-1) if q is not None else torch.ones_like(pd)
+        u = torch.rand(B, n, device=logits.device)
+        acc = (u * qd <= pd).int().cumprod(dim=1).sum(dim=1)
+        qq = q if q is not None else torch.zeros_like(probs[:, :n]).scatter_(2, drafts[..., None], 1.0)
+        resid = (probs[:, :n] - qq).clamp_min_(0.0)
+        resid = torch.cat([resid, probs[:, n:]], dim=1)  # the bonus row samples p_n itself
+        race = torch.empty_like(resid).exponential_()
+        pick = resid.div_(race).argmax(dim=-1)  # [B, n + 1]
+        emitted = pick.gather(1, acc[:, None])
+    out = torch.full((B, n + 1), -1, dtype=torch.int64, device=logits.device)
+    pos = torch.arange(n + 1, device=logits.device)[None, :]
+    out = torch.where(pos < acc[:, None], torch.cat([drafts, drafts[:, :1]], dim=1), out)
+    return out.scatter_(1, acc[:, None], emitted)
+
+
+def verify_suite(a, emit, gen):
+    for V in map(int, a.V.split(",")):
+        for case in ("all-greedy", "all-random", "dense-q"):
+            for n in map(int, a.drafts.split(",")):
+                for B in map(int, a.B.split(",")):
+                    rows = B * (n + 1)
+                    nbytes = rows * V * 4
+                    nb = min(64, max(2, math.ceil(ROTATE_BYTES / nbytes)))
+                    bufs = [make_logits(rows, V, torch.float32, True, gen) for _ in range(nb)]
+                    drafts = torch.randint(0, V, (B, n), device="cuda", generator=gen)
+                    q = None
+                    if case == "dense-q":
+                        q = torch.full((B, n, V), 1.0 / V, device="cuda")
+                    temp = torch.full((rows,), 0.7, device="cuda")
+                    k = torch.full((rows,), 50, device="cuda", dtype=torch.int32)
+                    p = torch.full((rows,), 0.9, device="cuda")
+                    greedy = case == "all-greedy"
+                    out = rejection_sample(bufs[0], drafts, q, temp, k, p, greedy)
+                    if not bool(((out >= -1) & (out < V)).all()):
+                        print(f"torch rejection check FAILED at {case} n={n} B={B}")
+                        continue
+                    g_us, e_us = time_fn(lambda b: rejection_sample(b, drafts, q, temp, k, p, greedy), bufs)
+                    floor_us = 1e6 * nbytes / READ_BW
+                    for mode, us in (("graph", g_us), ("eager", e_us)):
+                        emit("torch-rejection-vllm-style", case, B, V, "fp32", mode, us, floor_us, suite="verify",
+                             extra={"drafts": n, "rows": rows})
+                    print(f"verify {case:10s} n={n} B={B:4d} torch rejection graph {g_us:9.1f} eager {e_us:9.1f}")
+                    del bufs
+                    torch.cuda.empty_cache()
 
 
 def time_fn(fn, bufs, graph_reps=3):
@@ -82,6 +160,8 @@ def main():
     ap.add_argument("--V", default="151936")
     ap.add_argument("--dtype", default="fp32")
     ap.add_argument("--case", default="homog-peaked,homog-flat")
+    ap.add_argument("--suite", default="sample", choices=("sample", "verify"))
+    ap.add_argument("--drafts", default="1,3,5,7")
     a = ap.parse_args()
     gpu = torch.cuda.get_device_name(0)
     try:
@@ -93,11 +173,16 @@ def main():
     gen = torch.Generator(device="cuda")
     gen.manual_seed(7)
     with open(a.out, "a") as out:
-        def emit(impl, case, B, V, dt, mode, us, floor_us, suite="sample"):
-            out.write(json.dumps({"suite": suite, "impl": impl, "case": case, "B": B, "V": V, "dtype": dt,
-                                  "mode": mode, "us": round(us, 2), "floor_us": round(floor_us, 2), "gpu": gpu,
-                                  "commit": a.commit, "date": a.date}) + "\n")
+        def emit(impl, case, B, V, dt, mode, us, floor_us, suite="sample", extra=None):
+            line = {"suite": suite, "impl": impl, "case": case, "B": B, "V": V, "dtype": dt,
+                    "mode": mode, "us": round(us, 2), "floor_us": round(floor_us, 2), "gpu": gpu,
+                    "commit": a.commit, "date": a.date}
+            line.update(extra or {})
+            out.write(json.dumps(line) + "\n")
             out.flush()
+        if a.suite == "verify":
+            verify_suite(a, emit, gen)
+            return
         for V in map(int, a.V.split(",")):
             for dt in a.dtype.split(","):
                 tdt = torch.float32 if dt == "fp32" else torch.bfloat16

@@ -69,8 +69,9 @@ struct Args {
   std::vector<std::string> dtypes = {"fp32", "bf16"};
   std::vector<std::string> cases = {"homog-peaked", "homog-flat", "hetero-peaked", "hetero-flat"};
   int graph_replays = 20;
-  std::string suite = "sample";  // or "topk": Sampler::top_k with k = --k
+  std::string suite = "sample";  // or "topk": Sampler::top_k with k = --k; or "verify"
   int k = 128;
+  std::vector<int> drafts = {1, 3, 5, 7};
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -248,6 +249,168 @@ int bench_top_k(const Args& a, FILE* out, const std::string& gpu, cudaStream_t s
   return failures;
 }
 
+// Suite "verify": Sampler::verify on n drafts a request (--drafts, default 1,3,5,7), B requests,
+// cases all-greedy, all-random (one-hot drafts: n-gram style), mixed (greedy, one-hot, dense q,
+// strict), homog-peaked logits, T 0.7 / top-k 50 / top-p 0.9 for random requests. Checked against the
+// CPU reference on the first requests, then timed; the lines carry "rows" (B (n + 1)) so that the
+// single-step time of as many rows can be read next to them.
+int bench_verify(const Args& a, FILE* out, const std::string& gpu, cudaStream_t stream) {
+  int failures = 0;
+  const int maxB = *std::max_element(a.batches.begin(), a.batches.end());
+  const int maxN = *std::max_element(a.drafts.begin(), a.drafts.end());
+  for (int32_t V : a.vocabs) {
+    sonic::SamplerConfig cfg;
+    cfg.backend = sonic::Backend::kCuda;
+    cfg.vocab_size = V;
+    cfg.max_slots = maxB;
+    cfg.max_rows = maxB * (maxN + 1);
+    cfg.max_drafts = maxN;
+    cfg.max_history = 4096;
+    sonic::Sampler sampler(cfg);
+    sonic::SamplerConfig ccfg = cfg;
+    ccfg.backend = sonic::Backend::kCpu;
+    sonic::Sampler reference(ccfg);
+    for (const std::string& cname : {std::string("all-greedy"), std::string("all-random"), std::string("mixed")}) {
+      for (int n : a.drafts) {
+        for (int B : a.batches) {
+          const int rows = B * (n + 1);
+          std::vector<int32_t> rules(B), cu(B + 1), drafts(static_cast<size_t>(B) * n);
+          std::mt19937_64 rng(B * 31 + n);
+          for (int b = 0; b < B; ++b) {
+            sonic::RequestParams p;
+            p.seed = 500 + b;
+            const int kind = cname == "all-greedy" ? 0 : cname == "all-random" ? 1 : b % 4;
+            p.temperature = kind == 0 ? 0.0f : 0.7f;
+            p.top_k = 50;
+            p.top_p = 0.9f;
+            rules[b] = kind == 2 ? static_cast<int32_t>(sonic::VerifyRule::kDenseDraftProbs)
+                       : kind == 3 ? static_cast<int32_t>(sonic::VerifyRule::kStrict)
+                                   : static_cast<int32_t>(sonic::VerifyRule::kOneHot);
+            sampler.admit(b, p, nullptr, 0);
+            reference.admit(b, p, nullptr, 0);
+            cu[b] = b * (n + 1);
+            for (int j = 0; j < n; ++j) drafts[b * n + j] = static_cast<int32_t>(rng() % V);
+          }
+          cu[B] = rows;
+          const size_t bytes = static_cast<size_t>(rows) * V * 4;
+          const int nbuf = static_cast<int>(std::max<size_t>(2, (kRotateBytes + bytes - 1) / bytes));
+          char* logits;
+          CHECK_CUDA(cudaMalloc(&logits, bytes * nbuf));
+          for (int i = 0; i < nbuf; ++i) fill_logits<<<1024, 256>>>(reinterpret_cast<float*>(logits + i * bytes), rows, V, true, 77 + i);
+          // Draft tokens: the target row's argmax half the time, so that some are accepted.
+          {
+            std::vector<float> h(static_cast<size_t>(rows) * V);
+            CHECK_CUDA(cudaMemcpy(h.data(), logits, h.size() * 4, cudaMemcpyDeviceToHost));
+            for (int b = 0; b < B; ++b)
+              for (int j = 0; j < n; ++j)
+                if (rng() % 2) {
+                  const float* row = h.data() + static_cast<size_t>(b * (n + 1) + j) * V;
+                  drafts[b * n + j] = static_cast<int32_t>(std::max_element(row, row + V) - row);
+                }
+          }
+          // Dense q: uniform over V (the worst case for the residual: every kept token has r > 0).
+          std::vector<float> q(static_cast<size_t>(std::max(1, B * n)) * V, 1.0f / static_cast<float>(V));
+          int32_t *d_cu, *d_drafts, *d_rules, *d_tokens, *d_acc, *d_status;
+          float* d_q;
+          CHECK_CUDA(cudaMalloc(&d_cu, cu.size() * 4));
+          CHECK_CUDA(cudaMalloc(&d_drafts, std::max<size_t>(1, drafts.size()) * 4));
+          CHECK_CUDA(cudaMalloc(&d_rules, rules.size() * 4));
+          CHECK_CUDA(cudaMalloc(&d_tokens, static_cast<size_t>(B) * (maxN + 1) * 4));
+          CHECK_CUDA(cudaMalloc(&d_acc, B * 4));
+          CHECK_CUDA(cudaMalloc(&d_status, rows * 4));
+          CHECK_CUDA(cudaMalloc(&d_q, q.size() * 4));
+          CHECK_CUDA(cudaMemcpy(d_cu, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice));
+          CHECK_CUDA(cudaMemcpy(d_drafts, drafts.data(), drafts.size() * 4, cudaMemcpyHostToDevice));
+          CHECK_CUDA(cudaMemcpy(d_rules, rules.data(), rules.size() * 4, cudaMemcpyHostToDevice));
+          CHECK_CUDA(cudaMemcpy(d_q, q.data(), q.size() * 4, cudaMemcpyHostToDevice));
+          auto inputs = [&](const int32_t* c, const int32_t* d, const int32_t* ru, const float* qq) {
+            sonic::VerifyInputs in;
+            in.num_requests = B;
+            in.cu_rows = c;
+            in.draft_tokens = d;
+            in.num_drafts_capacity = static_cast<int64_t>(B) * n;
+            in.rules = ru;
+            in.draft_probs.dense = qq;
+            in.draft_probs.dense_rows = static_cast<int64_t>(B) * n;
+            in.draft_probs.dense_stride = V;
+            return in;
+          };
+          sonic::VerifyOutputs o;
+          o.tokens = d_tokens;
+          o.num_accepted = d_acc;
+          o.out_stride = maxN + 1;
+          o.status = d_status;
+          sonic::CallOptions opt;
+          opt.stream = stream;
+          opt.advance_step = false;  // the timed state stays the checked state
+          opt.append_to_history = false;
+          auto view = [&](int i) { return sonic::LogitsView{logits + i * bytes, sonic::DType::kF32, rows, V, V}; };
+          auto call = [&](int i) {
+            sampler.verify(view(i), inputs(d_cu, d_drafts, d_rules, d_q), sonic::BitmaskView{}, o, opt);
+          };
+          // Check buffer 0 against the reference (all requests).
+          call(0);
+          CHECK_CUDA(cudaStreamSynchronize(stream));
+          std::vector<int32_t> got(static_cast<size_t>(B) * (maxN + 1)), want(got.size()), acc(B), wacc(B),
+              st(rows), wst(rows);
+          CHECK_CUDA(cudaMemcpy(got.data(), d_tokens, got.size() * 4, cudaMemcpyDeviceToHost));
+          CHECK_CUDA(cudaMemcpy(acc.data(), d_acc, B * 4, cudaMemcpyDeviceToHost));
+          {
+            std::vector<float> h(static_cast<size_t>(rows) * V);
+            CHECK_CUDA(cudaMemcpy(h.data(), logits, h.size() * 4, cudaMemcpyDeviceToHost));
+            sonic::VerifyOutputs ho;
+            ho.tokens = want.data();
+            ho.num_accepted = wacc.data();
+            ho.out_stride = maxN + 1;
+            ho.status = wst.data();
+            sonic::CallOptions hopt;
+            hopt.advance_step = false;
+            hopt.append_to_history = false;
+            reference.verify(sonic::LogitsView{h.data(), sonic::DType::kF32, rows, V, V},
+                             inputs(cu.data(), drafts.data(), rules.data(), q.data()), sonic::BitmaskView{}, ho, hopt);
+          }
+          int mism = 0;
+          for (int b = 0; b < B; ++b) {
+            bool same = acc[b] == wacc[b];
+            for (int i = 0; i <= maxN; ++i) same &= got[b * (maxN + 1) + i] == want[b * (maxN + 1) + i];
+            mism += !same;
+          }
+          double graph_us = 0.0, eager_us = 0.0;
+          if (mism <= 1) std::tie(graph_us, eager_us) = time_calls(stream, nbuf, a.graph_replays, call);
+          else ++failures;
+          const double floor_us = 1e6 * static_cast<double>(bytes) / kReadBandwidth;
+          std::printf("%-14s n=%d %7d %4d %10.2f %10.2f %9.2f %6.0f%%  %s\n", cname.c_str(), n, V, B, graph_us, eager_us,
+                      floor_us, graph_us > 0 ? 100.0 * floor_us / graph_us : 0.0,
+                      mism == 0 ? "ok" : mism == 1 ? "ok (1 near-tie)" : ("FAILED(" + std::to_string(mism) + " requests differ)").c_str());
+          std::fflush(stdout);
+          if (mism <= 1)
+            for (const char* mode : {"graph", "eager"})
+              std::fprintf(out,
+                           "{\"suite\": \"verify\", \"impl\": \"sonic\", \"case\": \"%s\", \"B\": %d, \"drafts\": %d, "
+                           "\"rows\": %d, \"V\": %d, \"dtype\": \"fp32\", \"mode\": \"%s\", \"us\": %.2f, \"floor_us\": %.2f, "
+                           "\"gpu\": \"%s\", \"commit\": \"%s\", \"date\": \"%s\"}\n",
+                           cname.c_str(), B, n, rows, V, mode, std::string(mode) == "graph" ? graph_us : eager_us, floor_us,
+                           gpu.c_str(), a.commit.c_str(), a.date.c_str());
+          std::fflush(out);
+          cudaFree(logits);
+          cudaFree(d_cu);
+          cudaFree(d_drafts);
+          cudaFree(d_rules);
+          cudaFree(d_tokens);
+          cudaFree(d_acc);
+          cudaFree(d_status);
+          cudaFree(d_q);
+          for (int b = 0; b < B; ++b) {
+            sampler.retire(b);
+            reference.retire(b);
+          }
+        }
+      }
+    }
+  }
+  return failures;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -263,6 +426,7 @@ int main(int argc, char** argv) {
     else if (k == "--case") a.cases = split(v);
     else if (k == "--suite") a.suite = v;
     else if (k == "--k") a.k = std::stoi(v);
+    else if (k == "--drafts") { a.drafts.clear(); for (auto& x : split(v)) a.drafts.push_back(std::stoi(x)); }
     else { std::fprintf(stderr, "unknown option %s\n", k.c_str()); return 2; }
   }
   cudaDeviceProp prop;
@@ -271,10 +435,10 @@ int main(int argc, char** argv) {
   FILE* out = std::fopen(a.out.c_str(), "a");
   if (!out) { std::perror(a.out.c_str()); return 1; }
   std::printf("%-14s %-5s %7s %4s %10s %10s %9s %7s  %s\n", "case", "dtype", "V", "B", "graph_us", "eager_us", "floor_us", "%floor", "check");
-  if (a.suite == "topk") {
+  if (a.suite == "topk" || a.suite == "verify") {
     cudaStream_t s;
     CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    const int failures = bench_top_k(a, out, gpu, s);
+    const int failures = a.suite == "topk" ? bench_top_k(a, out, gpu, s) : bench_verify(a, out, gpu, s);
     std::fclose(out);
     std::printf("sonic_bench: %d configuration(s) failed their check\n", failures);
     return failures ? 1 : 0;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One full call on the GPU machine: build (CUDA for sm_90), GPU tests, compute-sanitizer, and the
 # benchmark when asked. Run through the device tool from the repo root, with .deps carried:
-#   scripts/device_check.sh [tests] [sanitize] [bench] [topk] [profile] [ncu] [demo] [all]
+#   scripts/device_check.sh [tests] [sanitize] [bench] [topk] [verify] [profile] [ncu] [demo] [all]
 #                                                          (default: tests sanitize)
 # Logs land in $OUT (or ./out when OUT is unset).
 set -uo pipefail
@@ -20,7 +20,7 @@ gtest=()
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
   "${gtest[@]}" >"$L/configure.log" 2>&1 || { log "configure FAILED"; tail -30 "$L/configure.log"; exit 1; }
 targets=(--target sonic_gpu_tests)
-[[ " $steps " == *" bench "* || " $steps " == *" topk "* ]] && targets+=(--target sonic_bench)
+[[ " $steps " == *" bench "* || " $steps " == *" topk "* || " $steps " == *" verify "* ]] && targets+=(--target sonic_bench)
 [[ " $steps " == *" demo "* ]] && targets+=(--target sonic_cli)
 [[ " $steps " == *" all "* ]] && targets=()
 cmake --build build-gpu -j16 "${targets[@]}" >"$L/build.log" 2>&1 || { log "build FAILED"; grep -E "error" "$L/build.log" | head -40; exit 1; }
@@ -67,6 +67,19 @@ if [[ " $steps " == *" topk "* ]]; then
     --commit "$commit" --date "$(date -u +%F)" 2>&1 | tee "$L/bench_topk.log" | tail -20; r=${PIPESTATUS[0]}
   log "sonic_bench topk rc=$r: $(tail -1 "$L/bench_topk.log")"
   [ $r -ne 0 ] && rc=1
+fi
+if [[ " $steps " == *" verify "* ]]; then
+  # Suite verify: sonic and the PyTorch rejection sampler in the same run (ANCHORS.md for FlashInfer).
+  commit=${SONIC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+  build-gpu/bench/sonic_bench --suite verify --V 151936 --B ${SONIC_VERIFY_B:-1,8,32,64,128,256} \
+    --drafts ${SONIC_VERIFY_DRAFTS:-1,3,5,7} --out "$OUT/h200.jsonl" --commit "$commit" --date "$(date -u +%F)" \
+    2>&1 | tee "$L/bench_verify.log" | tail -30; r=${PIPESTATUS[0]}
+  log "sonic_bench verify rc=$r: $(tail -1 "$L/bench_verify.log")"
+  [ $r -ne 0 ] && rc=1
+  PYTHONUNBUFFERED=1 python3 bench/baselines.py --suite verify --B ${SONIC_VERIFY_B:-1,8,32,64,128,256} \
+    --drafts ${SONIC_VERIFY_DRAFTS:-1,3,5,7} --out "$OUT/h200.jsonl" --commit "$commit" --date "$(date -u +%F)" \
+    2>&1 | tee "$L/baselines_verify.log" | tail -30
+  log "baselines verify rc=${PIPESTATUS[0]}"
 fi
 if [[ " $steps " == *" profile "* ]]; then
   # Per-kernel durations (ncu, clocks left alone) of a few configurations.
