@@ -59,6 +59,24 @@ if [[ " $steps " == *" bench "* ]]; then
   log "baselines rc=${PIPESTATUS[0]}"
   python3 bench/plot.py "$OUT/h200.jsonl" "$OUT/h200.png" --commit "$commit" >>"$OUT/summary.txt" 2>&1
 fi
+if [[ " $steps " == *" pytest "* ]]; then
+  # The Python package with its CUDA backend, built here from the carried wheels, and its tests with
+  # torch (custom ops, torch.compile, CUDA-graph capture) and the GPU.
+  py=${SONIC_PYTHON:-python3}
+  venv=/tmp/sonic-py
+  "$py" -m venv --system-site-packages --clear "$venv" >"$L/pytest_install.log" 2>&1
+  "$venv/bin/pip" install -q --no-index --find-links .deps/wheels scikit-build-core nanobind pytest >>"$L/pytest_install.log" 2>&1
+  "$venv/bin/pip" install -q --no-build-isolation --no-deps -C build-dir=build-py-gpu . >>"$L/pytest_install.log" 2>&1; r=$?
+  log "pip install (CUDA) rc=$r"
+  if [ $r -eq 0 ]; then
+    (cd tests/python && SONIC_LIBRARY="$PWD/../../build-gpu/src/libsonic.so" "$venv/bin/python" -m pytest -q \
+      -p no:cacheprovider . ) >"$L/pytest.log" 2>&1; r=$?
+    log "pytest rc=$r: $(tail -1 "$L/pytest.log")"
+    [ $r -ne 0 ] && { grep -E "FAILED|Error" "$L/pytest.log" | head -20; rc=1; }
+  else
+    tail -20 "$L/pytest_install.log"; rc=1
+  fi
+fi
 if [[ " $steps " == *" profile "* ]]; then
   # Per-kernel durations (ncu, clocks left alone) of a few configurations.
   for b in ${SONIC_PROFILE_B:-1 512}; do
