@@ -14,5 +14,5 @@ echo "prepared .deps/googletest"
 python=${PYTHON:-python3}
 rm -rf .deps/wheels
 "$python" -m pip download -q --no-deps --only-binary=:all: -d .deps/wheels \
-  "scikit-build-core>=0.10" "nanobind>=2.0" pathspec packaging pytest iniconfig pluggy
+  "scikit-build-core>=0.10" "nanobind>=2.0" pathspec packaging pytest iniconfig pluggy pygments
 echo "prepared .deps/wheels: $(ls .deps/wheels | tr '\n' ' ')"
