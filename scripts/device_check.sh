@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One full call on the GPU machine: build (CUDA for sm_90), GPU tests, compute-sanitizer, and the
 # benchmark when asked. Run through the device tool from the repo root, with .deps carried:
-#   scripts/device_check.sh [tests] [sanitize] [bench] [topk] [verify] [profile] [ncu] [demo] [all]
+#   scripts/device_check.sh [tests] [sanitize] [bench] [topk] [verify] [pytest] [profile] [ncu] [demo] [all]
 #                                                          (default: tests sanitize)
 # Logs land in $OUT (or ./out when OUT is unset).
 set -uo pipefail
@@ -80,6 +80,24 @@ if [[ " $steps " == *" verify "* ]]; then
     --drafts ${SONIC_VERIFY_DRAFTS:-1,3,5,7} --out "$OUT/h200.jsonl" --commit "$commit" --date "$(date -u +%F)" \
     2>&1 | tee "$L/baselines_verify.log" | tail -30
   log "baselines verify rc=${PIPESTATUS[0]}"
+fi
+if [[ " $steps " == *" pytest "* ]]; then
+  # The Python package with its CUDA backend, built here from the carried wheels, and its tests with
+  # torch (custom ops, torch.compile, CUDA-graph capture) and the GPU.
+  py=${SONIC_PYTHON:-python3}
+  venv=/tmp/sonic-py
+  "$py" -m venv --system-site-packages --clear "$venv" >"$L/pytest_install.log" 2>&1
+  "$venv/bin/pip" install -q --no-index --find-links .deps/wheels scikit-build-core nanobind pytest >>"$L/pytest_install.log" 2>&1
+  "$venv/bin/pip" install -q --no-build-isolation --no-deps -C build-dir=build-py-gpu . >>"$L/pytest_install.log" 2>&1; r=$?
+  log "pip install (CUDA) rc=$r"
+  if [ $r -eq 0 ]; then
+    (cd tests/python && SONIC_LIBRARY="$PWD/../../build-gpu/src/libsonic.so" "$venv/bin/python" -m pytest -q \
+      -p no:cacheprovider . ) >"$L/pytest.log" 2>&1; r=$?
+    log "pytest rc=$r: $(tail -1 "$L/pytest.log")"
+    [ $r -ne 0 ] && { grep -E "FAILED|Error" "$L/pytest.log" | head -20; rc=1; }
+  else
+    tail -20 "$L/pytest_install.log"; rc=1
+  fi
 fi
 if [[ " $steps " == *" profile "* ]]; then
   # Per-kernel durations (ncu, clocks left alone) of a few configurations.
