@@ -63,6 +63,26 @@ def _per_row_list(name: str, value: Any, rows: int) -> list:
     return [value] * rows
 
 
+def _one_off_rows(logits: Any, vocab_size: Optional[int], backend: Optional[str]) -> tuple:
+    """The one-off calls' view of ``logits`` ([V] or [R, V]): (logits as [R, cols], whether the row
+    dimension was added, R, V, backend). V defaults to cols; backend to 'cuda' for CUDA arrays."""
+    A.require_array(logits, "logits")
+    shp = A.shape(logits)
+    squeeze = len(shp) == 1
+    if squeeze:
+        logits = logits[None]
+        shp = (1,) + shp
+    if len(shp) != 2:
+        raise ValueError(f"sonic: argument 'logits' must be [V] or [R, V], got shape {shp}")
+    R, cols = shp
+    if R == 0:
+        raise ValueError("sonic: argument 'logits' has no rows")
+    V = cols if vocab_size is None else A._int("vocab_size", vocab_size, 1, cols)
+    if backend is None:
+        backend = "cuda" if A.on_cuda(logits) else "cpu"
+    return logits, squeeze, R, V, backend
+
+
 def sample(
     logits: Any,
     *,
@@ -101,20 +121,7 @@ def sample(
     ``backend`` defaults to 'cuda' for CUDA arrays and 'cpu' otherwise. For [V] logits every field
     of the result drops the row dimension.
     """
-    A.require_array(logits, "logits")
-    shp = A.shape(logits)
-    squeeze = len(shp) == 1
-    if squeeze:
-        logits = logits[None]
-        shp = (1,) + shp
-    if len(shp) != 2:
-        raise ValueError(f"sonic: argument 'logits' must be [V] or [R, V], got shape {shp}")
-    R, cols = shp
-    if R == 0:
-        raise ValueError("sonic: argument 'logits' has no rows")
-    V = cols if vocab_size is None else A._int("vocab_size", vocab_size, 1, cols)
-    if backend is None:
-        backend = "cuda" if A.on_cuda(logits) else "cpu"
+    logits, squeeze, R, V, backend = _one_off_rows(logits, vocab_size, backend)
 
     scalars = {
         name: _per_row(name, value, R)
@@ -215,20 +222,7 @@ def top_k(
     """Top-k of ``logits`` ([V] or [R, V]) by value, ties to the lower id, NaN read as -inf:
     ``(values, ids)`` of shape [R, k] (or [k]), as ``torch.topk`` returns them. Ids at or above
     ``vocab_size`` (default: every column) are padding and never returned."""
-    A.require_array(logits, "logits")
-    shp = A.shape(logits)
-    squeeze = len(shp) == 1
-    if squeeze:
-        logits = logits[None]
-        shp = (1,) + shp
-    if len(shp) != 2:
-        raise ValueError(f"sonic: argument 'logits' must be [V] or [R, V], got shape {shp}")
-    R, cols = shp
-    if R == 0:
-        raise ValueError("sonic: argument 'logits' has no rows")
-    V = cols if vocab_size is None else A._int("vocab_size", vocab_size, 1, cols)
-    if backend is None:
-        backend = "cuda" if A.on_cuda(logits) else "cpu"
+    logits, squeeze, R, V, backend = _one_off_rows(logits, vocab_size, backend)
     s = Sampler(V, max_slots=1, max_rows=R, max_history=1, backend=backend)
     vals, ids = s.top_k(logits, k, values=values, stream=stream)
     if squeeze:

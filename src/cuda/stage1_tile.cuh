@@ -5,8 +5,9 @@
 //     the warp's bound is the largest lane bound, so every token that is not among its lane's three
 //     lies below it. A row's kept set escapes the candidates only when four of its tokens share a
 //     lane (32 tokens): about 2e-6 of rows for top-k 50 on i.i.d. logits, against 1e-3 with two a
-//     lane, which the first GPU runs showed as whole calls sent to the exact path. Temperature divides every x by the same T > 0, which keeps their order,
-//     so the screen works on x and stage 2 divides only the keys it keeps;
+//     lane, which the first GPU runs showed as whole calls sent to the exact path. Temperature
+//     divides every x by the same T > 0, which keeps their order, so the screen works on x and
+//     stage 2 divides only the keys it keeps;
 //   - untruncated random rows: the warp's Gumbel-max winner (fast fp32 noise, SPEC.md section 4);
 //   - sums of exp for top-p mass and logprobs, only where the row needs them.
 // Then the block keeps the lanes' keys at or above the largest warp bound (the tile's bound), appends
