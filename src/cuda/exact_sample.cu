@@ -9,6 +9,7 @@
 
 #include "common/random.hpp"
 #include "common/token_rules.hpp"
+#include "cuda/arg_max.cuh"
 #include "cuda/block_select.cuh"
 #include "cuda/cuda_check.hpp"
 #include "cuda/prologue.cuh"
@@ -31,18 +32,7 @@ __device__ __forceinline__ unsigned long long score_key(float s, int32_t t) {
   return s > -INFINITY ? pack_key(s, t) : 0ull;
 }
 
-struct ArgMax {  // (score, token), larger score first, then lower token
-  double score;
-  int32_t token;
-};
-struct ArgMaxOp {
-  __device__ ArgMax operator()(const ArgMax& a, const ArgMax& b) const {
-    if (a.token < 0) return b;
-    if (b.token < 0) return a;
-    if (a.score != b.score) return a.score > b.score ? a : b;
-    return a.token < b.token ? a : b;
-  }
-};
+using ArgMax = ArgMaxD;  // (score, token) in double: arg_max.cuh
 struct MaxU64 {
   __device__ unsigned long long operator()(unsigned long long a, unsigned long long b) const {
     return a > b ? a : b;
@@ -115,7 +105,7 @@ __device__ int block_sum_i32(int v, Shared& sh) {
   return out;
 }
 __device__ ArgMax block_argmax(ArgMax v, Shared& sh) {
-  const ArgMax r = cub::BlockReduce<ArgMax, kBlock>(sh.reduce.argmax).Reduce(v, ArgMaxOp());
+  const ArgMax r = cub::BlockReduce<ArgMax, kBlock>(sh.reduce.argmax).Reduce(v, BetterOp());
   if (threadIdx.x == 0) sh.bcast_argmax = r;
   __syncthreads();
   const ArgMax out = sh.bcast_argmax;
@@ -318,7 +308,7 @@ __device__ void exact_row(const RowJob& job, int32_t r, Shared& sh, unsigned lon
       const double g = detail::gumbel_from_uniform_exact(
           detail::uniform_from_word(detail::random_word(p.seed, step, purpose, static_cast<uint32_t>(t))));
       const ArgMax cand{m == INFINITY ? g : static_cast<double>(s) + g, t};
-      local = ArgMaxOp()(local, cand);
+      local = better(local, cand);
     }
     token = block_argmax(local, sh).token;
     kept_sum = block_sum_f64(sum, sh);
@@ -348,7 +338,7 @@ __device__ void exact_row(const RowJob& job, int32_t r, Shared& sh, unsigned lon
         if (key == 0 || key < cut) continue;
         const double sc = score_of(t);
         if (!(sc > -INFINITY)) continue;
-        local = ArgMaxOp()(local, ArgMax{sc + gumbel_exact(p.seed, step, purpose_c, t), t});
+        local = better(local, ArgMax{sc + gumbel_exact(p.seed, step, purpose_c, t), t});
       }
       return block_argmax(local, sh).token;
     };

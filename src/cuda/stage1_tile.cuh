@@ -16,6 +16,7 @@
 
 #include "common/random.hpp"
 #include "common/token_rules.hpp"
+#include "cuda/arg_max.cuh"
 #include "cuda/prologue.cuh"
 #include "cuda/row_job.cuh"
 #include "cuda/tile_loader.cuh"
@@ -43,18 +44,6 @@ __device__ __forceinline__ RowKind row_kind(const RowPrologue& pro, const RowJob
   k.need_raw = want_lp && job.mode == LogprobMode::kRaw;
   k.inv_t = pro.greedy ? 1.0f : 1.0f / p.temperature;
   return k;
-}
-
-// A (score, token) pair for Gumbel-max winners: larger score, then lower token; token -1 is empty.
-struct ArgMaxF {
-  float score;
-  int32_t token;
-};
-__device__ __forceinline__ ArgMaxF better(const ArgMaxF& a, const ArgMaxF& b) {
-  if (a.token < 0) return b;
-  if (b.token < 0) return a;
-  if (a.score != b.score) return a.score > b.score ? a : b;
-  return a.token < b.token ? a : b;
 }
 
 __device__ __forceinline__ unsigned long long warp_max_u64(unsigned long long v) {

@@ -23,19 +23,6 @@ constexpr int32_t kGatherCap = 768;  // keys of a row's prefix sorted in shared 
 constexpr int kScanItems = kGatherCap / kFastThreads;
 constexpr int32_t kTopKSlack = 16;   // top-k rows sort about k + kTopKSlack keys (rounding margin)
 
-struct ArgMaxD {
-  double score;
-  int32_t token;
-};
-struct ArgMaxDOp {
-  __device__ ArgMaxD operator()(const ArgMaxD& a, const ArgMaxD& b) const {
-    if (a.token < 0) return b;
-    if (b.token < 0) return a;
-    if (a.score != b.score) return a.score > b.score ? a : b;
-    return a.token < b.token ? a : b;
-  }
-};
-
 struct Stage2Shared {
   union {
     cub::BlockScan<double, kFastThreads>::TempStorage scan;
@@ -361,9 +348,9 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
           const int32_t t = detail::key_token(sh.sorted[i]);
           const double g = detail::gumbel_from_uniform_exact(
               detail::uniform_from_word(detail::random_word(p.seed, step, purpose, static_cast<uint32_t>(t))));
-          local = ArgMaxDOp()(local, ArgMaxD{static_cast<double>(detail::key_value(sh.sorted[i])) + g, t});
+          local = better(local, ArgMaxD{static_cast<double>(detail::key_value(sh.sorted[i])) + g, t});
         }
-        const ArgMaxD w = cub::BlockReduce<ArgMaxD, kFastThreads>(sh.temp.argmax).Reduce(local, ArgMaxDOp());
+        const ArgMaxD w = cub::BlockReduce<ArgMaxD, kFastThreads>(sh.temp.argmax).Reduce(local, BetterOp());
         if (tid == 0) sh.token = w.token;
         __syncthreads();
         token = sh.token;
@@ -451,9 +438,9 @@ __device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro
       const double s = score_of(i);
       if (!(s > -INFINITY)) continue;
       const int32_t t = detail::key_token(sh.sorted[i]);
-      local = ArgMaxDOp()(local, ArgMaxD{s + gumbel_exact(p.seed, step, purpose, t), t});
+      local = better(local, ArgMaxD{s + gumbel_exact(p.seed, step, purpose, t), t});
     }
-    const ArgMaxD best = cub::BlockReduce<ArgMaxD, kFastThreads>(sh.temp.argmax).Reduce(local, ArgMaxDOp());
+    const ArgMaxD best = cub::BlockReduce<ArgMaxD, kFastThreads>(sh.temp.argmax).Reduce(local, BetterOp());
     __syncthreads();
     if (tid == 0) sh.token = best.token;
     __syncthreads();
