@@ -84,14 +84,22 @@ fi
 if [[ " $steps " == *" pytest "* ]]; then
   # The Python package with its CUDA backend, built here from the carried wheels, and its tests with
   # torch (custom ops, torch.compile, CUDA-graph capture) and the GPU.
+  # python3 there is itself a venv (/opt/torch/.venv) that holds torch and numpy, and a venv made from
+  # it would not see them: install into a target folder on PYTHONPATH instead. Its build requirements
+  # come from the carried wheels where the image lacks them.
   py=${SONIC_PYTHON:-python3}
-  venv=/tmp/sonic-py
-  "$py" -m venv --system-site-packages --clear "$venv" >"$L/pytest_install.log" 2>&1
-  "$venv/bin/pip" install -q --no-index --find-links .deps/wheels scikit-build-core nanobind pytest >>"$L/pytest_install.log" 2>&1
-  "$venv/bin/pip" install -q --no-build-isolation --no-deps -C build-dir=build-py-gpu . >>"$L/pytest_install.log" 2>&1; r=$?
+  site=/tmp/sonic-site
+  rm -rf "$site" && mkdir -p "$site"
+  for req in scikit_build_core nanobind pytest; do
+    "$py" -c "import $req" 2>/dev/null || "$py" -m pip install -q --no-index --find-links .deps/wheels \
+      --target "$site" "${req//_/-}" >>"$L/pytest_install.log" 2>&1
+  done
+  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+  "$py" -m pip install -q --no-build-isolation --no-deps --target "$site" -C build-dir=build-py-gpu . \
+    >>"$L/pytest_install.log" 2>&1; r=$?
   log "pip install (CUDA) rc=$r"
   if [ $r -eq 0 ]; then
-    (cd tests/python && SONIC_LIBRARY="$PWD/../../build-gpu/src/libsonic.so" "$venv/bin/python" -m pytest -q \
+    (cd tests/python && SONIC_LIBRARY="$PWD/../../build-gpu/src/libsonic.so" "$py" -m pytest -q \
       -p no:cacheprovider . ) >"$L/pytest.log" 2>&1; r=$?
     log "pytest rc=$r: $(tail -1 "$L/pytest.log")"
     [ $r -ne 0 ] && { grep -E "FAILED|Error" "$L/pytest.log" | head -20; rc=1; }
