@@ -15,8 +15,11 @@ namespace sonic::cuda {
 namespace {
 
 // 5 blocks an SM: the most that keeps the 32 logits of a lane and the screen in registers unspilled.
+#ifndef SONIC_FAST_MIN_BLOCKS
+#define SONIC_FAST_MIN_BLOCKS 5
+#endif
 template <DType D>
-__global__ void __launch_bounds__(kFastThreads, 5) fast_sample_kernel(RowJob job) {
+__global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_sample_kernel(RowJob job) {
   using L = LaneLayout<D>;
   __shared__ union Shared {
     Stage1Shared s1;
