@@ -86,7 +86,8 @@ def main():
     def sonic_sample(logits, step):
         return sampler.sample(logits).tokens  # the model's bf16 rows as they are (strided)
 
-    decode(model, prompt, 4, library_sample)  # warm-up (kernels, allocator)
+    decode(model, prompt, 4, library_sample)  # warm-ups (kernels, allocator)
+    decode(model, prompt, 4, sonic_sample)
     lib_tps, lib_ms = decode(model, prompt, a.steps, library_sample)
     son_tps, son_ms = decode(model, prompt, a.steps, sonic_sample)
     print(f"batch {a.batch}, {a.steps} steps")

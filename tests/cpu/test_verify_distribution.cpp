@@ -1,18 +1,12 @@
 // Statistical tests of verification mode (SPEC.md section 3) through sonic::ref::verify_request.
-// With each draft d_j drawn from q_j (std::mt19937_64 here, independent of the library's Philox
-// streams), the token emitted at position j, given that position j is reached
-// (num_accepted >= j), must be distributed as p_j, the final kept distribution of target row j,
-// which the test computes independently (stats.hpp's oracle). For fixed drafts the law of each
-// position follows from the acceptance rule; one test checks that too. Greedy requests are
-// deterministic and are checked against hand-worked argmax chains.
+// The cases and their expected laws are in verify_cases.hpp (the GPU tests run the same cases
+// through the CUDA backend); this file supplies the CPU trials. Greedy requests are deterministic
+// and are checked against hand-worked argmax chains.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -21,6 +15,7 @@
 #include "ref/reference.hpp"
 #include "sonic/types.hpp"
 #include "stats.hpp"
+#include "verify_cases.hpp"
 
 namespace {
 
@@ -28,97 +23,27 @@ namespace ref = sonic::ref;
 namespace st = sonic_stats;
 using sonic::RequestParams;
 using sonic::VerifyRule;
+using namespace verify_cases;
 
 constexpr int64_t kTrials = 300000;
 constexpr int kChunks = 16;  // trials are split into fixed chunks: results do not depend on threads
-
-struct VerifyCase {
-  int32_t V = 16;
-  int n = 2;  // drafts
-  RequestParams params;
-  std::vector<int32_t> prompt;
-  std::vector<int32_t> output;
-  std::vector<std::vector<float>> rows;      // n + 1 target rows, V logits each
-  std::vector<std::vector<int32_t>> masks;   // n + 1 bitmask rows (empty: none)
-  VerifyRule rule = VerifyRule::kDenseDraftProbs;
-  std::vector<std::vector<float>> q;         // n draft distributions (dense, V each) for the rule
-  std::vector<std::vector<double>> proposal; // n laws the drafts are drawn from (empty: q)
-  std::vector<int32_t> fixed_drafts;         // non-empty: these drafts in every trial
-  bool track_prefixes = false;               // tally reached positions by draft prefix
-};
-
-struct Tally {
-  std::vector<std::vector<int64_t>> counts;        // [n + 1][V]: token emitted at position j
-  std::vector<int64_t> reached;                    // [n + 1]
-  std::vector<std::vector<int64_t>> prefix_reach;  // [n + 1][V^j]
-  std::vector<int64_t> num_accepted;               // [n + 1]
-  int64_t bad = 0;                                 // malformed results
-  std::string first_bad;
-};
 
 int num_threads() {
   const unsigned hc = std::thread::hardware_concurrency();
   return static_cast<int>(std::clamp(hc, 2u, 8u));
 }
 
-std::vector<double> cumulative(const std::vector<double>& w) {
-  std::vector<double> c(w.size());
-  double s = 0.0;
-  for (size_t i = 0; i < w.size(); ++i) c[i] = (s += w[i]);
-  return c;
-}
-
-int32_t draw_from(const std::vector<double>& cum, std::mt19937_64& gen) {
-  const double u = std::uniform_real_distribution<double>(0.0, cum.back())(gen);
-  auto it = std::upper_bound(cum.begin(), cum.end(), u);
-  if (it == cum.end()) {  // u rounded up to the total: take the last cell of positive width
-    --it;
-    while (it != cum.begin() && *it == *(it - 1)) --it;
-  }
-  return static_cast<int32_t>(it - cum.begin());
-}
-
-std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
-
+// The CPU runner: one ref::verify_request per trial, step = trial, on a few threads.
 Tally run_trials(const VerifyCase& c, int64_t trials, uint64_t draft_seed) {
   const size_t rows = static_cast<size_t>(c.n) + 1;
-  std::vector<std::vector<double>> cum;
-  for (int j = 0; j < c.n && c.fixed_drafts.empty(); ++j)
-    cum.push_back(cumulative(c.proposal.empty() ? to_double(c.q[static_cast<size_t>(j)])
-                                                : c.proposal[static_cast<size_t>(j)]));
-  std::vector<ref::SparseProbs> sparse;
-  if (c.rule == VerifyRule::kSparseDraftProbs) {
-    for (const auto& q : c.q) {
-      // Most likely first, like single-step mode's sparse final distribution.
-      ref::SparseProbs s;
-      for (int32_t t = 0; t < c.V; ++t)
-        if (q[static_cast<size_t>(t)] > 0.0f) s.ids.push_back(t);
-      std::stable_sort(s.ids.begin(), s.ids.end(), [&](int32_t a, int32_t b) {
-        return q[static_cast<size_t>(a)] > q[static_cast<size_t>(b)];
-      });
-      for (int32_t t : s.ids) s.probs.push_back(q[static_cast<size_t>(t)]);
-      sparse.push_back(s);
-    }
-  }
-
-  auto empty_tally = [&]() {
-    Tally t;
-    t.counts.assign(rows, std::vector<int64_t>(static_cast<size_t>(c.V), 0));
-    t.reached.assign(rows, 0);
-    t.num_accepted.assign(rows, 0);
-    if (c.track_prefixes) {
-      size_t size = 1;
-      for (size_t j = 0; j < rows; ++j, size *= static_cast<size_t>(c.V))
-        t.prefix_reach.emplace_back(size, 0);
-    }
-    return t;
-  };
-
+  const DraftSource source(c);
+  const std::vector<ref::SparseProbs> sparse =
+      c.rule == VerifyRule::kSparseDraftProbs ? sparse_lists(c) : std::vector<ref::SparseProbs>{};
   const int T = num_threads();
   std::vector<Tally> parts(static_cast<size_t>(T));
   auto work = [&](int ti) {
     Tally& tally = parts[static_cast<size_t>(ti)];
-    tally = empty_tally();
+    tally = empty_tally(c);
     ref::VerifyRequest req;
     req.params = &c.params;
     req.prompt = &c.prompt;
@@ -137,35 +62,14 @@ Tally run_trials(const VerifyCase& c, int64_t trials, uint64_t draft_seed) {
       std::mt19937_64 gen(draft_seed * 1000003ull + static_cast<uint64_t>(chunk));
       const int64_t t0 = trials * chunk / kChunks, t1 = trials * (chunk + 1) / kChunks;
       for (int64_t trial = t0; trial < t1; ++trial) {
-        for (int j = 0; j < c.n; ++j)
-          req.drafts[static_cast<size_t>(j)] =
-              c.fixed_drafts.empty() ? draw_from(cum[static_cast<size_t>(j)], gen)
-                                     : c.fixed_drafts[static_cast<size_t>(j)];
+        source.draw(gen, req.drafts.data());
         req.step = static_cast<uint64_t>(trial);
         const ref::VerifyResult r = ref::verify_request(req, sonic::LogprobMode::kRaw);
-        const int a = r.num_accepted;
-        bool ok = a >= 0 && a <= c.n && r.tokens.size() >= static_cast<size_t>(a) + 1;
-        for (int j = 0; ok && j < a; ++j) ok = r.tokens[static_cast<size_t>(j)] == req.drafts[static_cast<size_t>(j)];
-        if (ok) ok = r.tokens[static_cast<size_t>(a)] >= 0 && r.tokens[static_cast<size_t>(a)] < c.V;
+        bool ok = r.tokens.size() == static_cast<size_t>(r.num_accepted) + 1;
         for (int32_t s : r.row_status) ok = ok && s == sonic::kStatusOk;
-        if (!ok) {
-          if (tally.bad++ == 0) {
-            tally.first_bad = "trial " + std::to_string(trial) + ": num_accepted " + std::to_string(a) +
-                              ", tokens";
-            for (int32_t t : r.tokens) tally.first_bad += " " + std::to_string(t);
-            tally.first_bad += ", drafts";
-            for (int32_t d : req.drafts) tally.first_bad += " " + std::to_string(d);
-          }
-          continue;
-        }
-        ++tally.num_accepted[static_cast<size_t>(a)];
-        size_t prefix = 0;
-        for (int j = 0; j <= a; ++j) {
-          ++tally.counts[static_cast<size_t>(j)][static_cast<size_t>(r.tokens[static_cast<size_t>(j)])];
-          ++tally.reached[static_cast<size_t>(j)];
-          if (c.track_prefixes) ++tally.prefix_reach[static_cast<size_t>(j)][prefix];
-          if (j < c.n) prefix = prefix * static_cast<size_t>(c.V) + static_cast<size_t>(req.drafts[static_cast<size_t>(j)]);
-        }
+        std::vector<int32_t> padded(rows, -1);  // record() reads up to n + 1 tokens
+        std::copy_n(r.tokens.begin(), std::min(r.tokens.size(), rows), padded.begin());
+        record(tally, c, req.drafts.data(), padded.data(), r.num_accepted, ok, trial);
       }
     }
   };
@@ -173,376 +77,43 @@ Tally run_trials(const VerifyCase& c, int64_t trials, uint64_t draft_seed) {
   for (int i = 1; i < T; ++i) threads.emplace_back(work, i);
   work(0);
   for (auto& t : threads) t.join();
-
-  Tally all = empty_tally();
-  for (const Tally& p : parts) {
-    for (size_t j = 0; j < rows; ++j) {
-      for (size_t t = 0; t < static_cast<size_t>(c.V); ++t) all.counts[j][t] += p.counts[j][t];
-      all.reached[j] += p.reached[j];
-      all.num_accepted[j] += p.num_accepted[j];
-      if (c.track_prefixes)
-        for (size_t k = 0; k < all.prefix_reach[j].size(); ++k) all.prefix_reach[j][k] += p.prefix_reach[j][k];
-    }
-    if (p.bad > 0 && all.bad == 0) all.first_bad = p.first_bad;
-    all.bad += p.bad;
-  }
+  Tally all = empty_tally(c);
+  for (const Tally& p : parts) add_into(all, p);
   return all;
 }
 
-// p_j for target row j given the drafts before it (they join the history: penalties see them).
-st::OracleDist target(const VerifyCase& c, size_t j, const std::vector<int32_t>& drafts_before) {
-  std::vector<int32_t> output = c.output;
-  output.insert(output.end(), drafts_before.begin(), drafts_before.end());
-  const std::vector<float> z = st::oracle_scores(
-      c.rows[j].data(), c.V, c.params, c.prompt, output,
-      c.masks.empty() || c.masks[j].empty() ? nullptr : c.masks[j].data(), nullptr);
-  return st::oracle_kept(z, c.params);
-}
+TEST(VerifyDistribution, DenseQ) { check_positions(run_trials, dense_q(), kTrials, 1, "DenseQ"); }
 
-// The expected law at each position: p_j, or with track_prefixes the mixture of p_j(d_<j) over
-// the trials that reached j.
-std::vector<std::vector<double>> expected_laws(const VerifyCase& c, const Tally& tally) {
-  std::vector<std::vector<double>> laws;
-  for (size_t j = 0; j <= static_cast<size_t>(c.n); ++j) {
-    if (!c.track_prefixes) {
-      laws.push_back(target(c, j, {}).probs);
-      continue;
-    }
-    std::vector<double> law(static_cast<size_t>(c.V), 0.0);
-    for (size_t k = 0; k < tally.prefix_reach[j].size(); ++k) {
-      if (tally.prefix_reach[j][k] == 0) continue;
-      std::vector<int32_t> prefix(j);
-      size_t code = k;
-      for (size_t i = j; i-- > 0;) {
-        prefix[i] = static_cast<int32_t>(code % static_cast<size_t>(c.V));
-        code /= static_cast<size_t>(c.V);
-      }
-      const st::OracleDist d = target(c, j, prefix);
-      for (size_t t = 0; t < law.size(); ++t)
-        law[t] += static_cast<double>(tally.prefix_reach[j][k]) * d.probs[t];
-    }
-    double s = 0.0;
-    for (double v : law) s += v;
-    if (s > 0.0)
-      for (double& v : law) v /= s;
-    laws.push_back(law);
-  }
-  return laws;
-}
-
-// Runs the trials and G-tests each position against laws (or p_j when laws is empty).
-Tally check_positions(const VerifyCase& c, int64_t trials, uint64_t draft_seed, const std::string& name,
-                      std::vector<std::vector<double>> laws = {}) {
-  for (size_t j = 0; j <= static_cast<size_t>(c.n); ++j)
-    EXPECT_GT(target(c, j, {}).margin, 1e-4) << name << ": row " << j << " has a near-tie boundary";
-  const auto t0 = std::chrono::steady_clock::now();
-  Tally tally = run_trials(c, trials, draft_seed);
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_EQ(tally.bad, 0) << name << ": malformed results, first: " << tally.first_bad;
-  if (laws.empty()) laws = expected_laws(c, tally);
-  std::printf("[ stats    ] %s: %lld trials, %.2f s; num_accepted histogram:", name.c_str(),
-              static_cast<long long>(trials), secs);
-  for (int64_t v : tally.num_accepted) std::printf(" %lld", static_cast<long long>(v));
-  std::printf("\n");
-  for (size_t j = 0; j <= static_cast<size_t>(c.n); ++j) {
-    const std::string pos = name + " position " + std::to_string(j);
-    EXPECT_GT(tally.reached[j], 2000) << pos << ": reached too rarely to test";
-    const st::GTestResult g = st::expect_matches(tally.counts[j], laws[j], pos);
-    std::printf("[ stats    ]   position %zu: reached %lld, G = %.2f, dof = %d, p = %.4g\n", j,
-                static_cast<long long>(tally.reached[j]), g.g, g.dof, g.p_value);
-  }
-  return tally;
-}
-
-std::vector<float> spread_logits(int32_t V, uint64_t seed, float lo = -2.0f, float hi = 3.0f) {
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> x(static_cast<size_t>(V));
-  for (float& v : x) v = u(gen);
-  return x;
-}
-
-// A random dense distribution over V tokens (fp32, normalised), all entries positive.
-std::vector<float> random_q(int32_t V, uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<double> u(0.05, 1.0);
-  std::vector<double> w(static_cast<size_t>(V));
-  double s = 0.0;
-  for (double& v : w) s += (v = u(gen) * u(gen));
-  std::vector<float> q(static_cast<size_t>(V));
-  for (size_t t = 0; t < q.size(); ++t) q[t] = static_cast<float>(w[t] / s);
-  return q;
-}
-
-std::vector<int32_t> mask_without(int32_t V, std::initializer_list<int32_t> disallowed) {
-  std::vector<int32_t> m(static_cast<size_t>((V + 31) / 32), -1);
-  for (int32_t t : disallowed) m[static_cast<size_t>(t / 32)] &= ~(1 << (t % 32));
-  return m;
-}
-
-// Tokens of p ordered by probability ascending (kept ones with p > 0 after the p = 0 ones).
-std::vector<int32_t> by_prob_ascending(const std::vector<double>& p) {
-  std::vector<int32_t> ids(p.size());
-  for (size_t t = 0; t < ids.size(); ++t) ids[t] = static_cast<int32_t>(t);
-  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
-    return p[static_cast<size_t>(a)] < p[static_cast<size_t>(b)];
-  });
-  return ids;
-}
-
-std::vector<float> normalised(std::vector<double> w) {
-  double s = 0.0;
-  for (double v : w) s += v;
-  std::vector<float> q(w.size());
-  for (size_t t = 0; t < w.size(); ++t) q[t] = static_cast<float>(w[t] / s);
-  return q;
-}
-
-// Rows for a request: n + 1 rows of spread logits, different per row.
-void fill_rows(VerifyCase& c, uint64_t seed) {
-  c.rows.clear();
-  for (int j = 0; j <= c.n; ++j) c.rows.push_back(spread_logits(c.V, seed + 17 * static_cast<uint64_t>(j)));
-}
-
-// ---------------------------------------------------------------------------------------------
-// Random requests with draft probabilities.
-
-VerifyCase dense_case() {
-  VerifyCase c;
-  c.n = 3;
-  c.params.temperature = 0.9f;
-  c.params.top_k = 8;
-  c.params.top_p = 0.9f;
-  c.params.min_p = 0.02f;
-  c.params.seed = 0xD0D0;
-  fill_rows(c, 100);
-  c.masks = {{}, mask_without(c.V, {2, 7}), {}, mask_without(c.V, {0})};
-  for (int j = 0; j < c.n; ++j) c.q.push_back(random_q(c.V, 200 + static_cast<uint64_t>(j)));
-  c.rule = VerifyRule::kDenseDraftProbs;
-  return c;
-}
-
-TEST(VerifyDistribution, DenseQ) {
-  const VerifyCase c = dense_case();
-  check_positions(c, kTrials, 1, "DenseQ");
-}
-
-// q far from p: most of q's mass on tokens that p_j gives little or nothing.
 TEST(VerifyDistribution, DenseQFarFromP) {
-  VerifyCase c;
-  c.n = 2;
-  c.params.temperature = 1.0f;
-  c.params.top_k = 10;
-  c.params.seed = 0xFA8;
-  fill_rows(c, 300);
-  for (int j = 0; j < c.n; ++j) {
-    const std::vector<double> p = target(c, static_cast<size_t>(j), {}).probs;
-    const std::vector<int32_t> asc = by_prob_ascending(p);  // 6 truncated (p = 0) first
-    std::vector<double> w(static_cast<size_t>(c.V), 0.0);
-    for (int i = 0; i < 3; ++i) w[static_cast<size_t>(asc[static_cast<size_t>(i)])] = 0.15;     // p = 0
-    for (int i = 6; i < 9; ++i) w[static_cast<size_t>(asc[static_cast<size_t>(i)])] = 0.15;     // least likely kept
-    w[static_cast<size_t>(asc.back())] = 0.1;                                               // the top token
-    c.q.push_back(normalised(w));
-  }
-  check_positions(c, kTrials, 2, "DenseQFarFromP");
+  check_positions(run_trials, dense_q_far_from_p(), kTrials, 2, "DenseQFarFromP");
 }
 
-// Sparse q: a few entries per draft, one of them on a token the target truncates.
-TEST(VerifyDistribution, SparseQ) {
-  VerifyCase c;
-  c.n = 3;
-  c.params.temperature = 0.8f;
-  c.params.top_p = 0.85f;
-  c.params.seed = 0x5A5;
-  fill_rows(c, 400);
-  for (int j = 0; j < c.n; ++j) {
-    const std::vector<double> p = target(c, static_cast<size_t>(j), {}).probs;
-    const std::vector<int32_t> asc = by_prob_ascending(p);
-    std::vector<double> w(static_cast<size_t>(c.V), 0.0);
-    ASSERT_EQ(p[static_cast<size_t>(asc[0])], 0.0);
-    w[static_cast<size_t>(asc[0])] = 0.1;                     // truncated by the target
-    w[static_cast<size_t>(asc[c.V - 1])] = 0.35;              // the target's top token
-    w[static_cast<size_t>(asc[c.V - 2])] = 0.1;
-    w[static_cast<size_t>(asc[c.V - 4])] = 0.3;
-    w[static_cast<size_t>(asc[c.V - 6 - j])] = 0.15;
-    c.q.push_back(normalised(w));
-  }
-  c.rule = VerifyRule::kSparseDraftProbs;
-  check_positions(c, kTrials, 3, "SparseQ");
-}
+TEST(VerifyDistribution, SparseQ) { check_positions(run_trials, sparse_q(), kTrials, 3, "SparseQ"); }
 
-// Penalties on: the history of row j includes d_0..d_{j-1}, so p_j depends on the drafts. The
-// expected law at position j is the mixture of p_j(d_<j) over the trials that reached j.
 TEST(VerifyDistribution, DenseQWithPenalties) {
-  VerifyCase c;
-  c.n = 2;
-  c.params.temperature = 1.0f;
-  c.params.top_k = 10;
-  c.params.repetition_penalty = 1.6f;
-  c.params.frequency_penalty = 0.5f;
-  c.params.presence_penalty = 0.7f;
-  c.params.seed = 0xBE4;
-  c.prompt = {1, 2};
-  c.output = {3, 3, 5};
-  fill_rows(c, 500);
-  // q concentrated on the rows' likely tokens so that drafts repeat and the penalties bite.
-  for (int j = 0; j < c.n; ++j) {
-    const std::vector<double> p = target(c, static_cast<size_t>(j), {}).probs;
-    std::vector<double> w(static_cast<size_t>(c.V));
-    for (size_t t = 0; t < w.size(); ++t) w[t] = p[t] + 0.02;
-    c.q.push_back(normalised(w));
-  }
-  c.track_prefixes = true;
-  // The case must depend on the drafts: p_1 differs between two values of d_0.
-  EXPECT_NE(target(c, 1, {0}).probs, target(c, 1, {1}).probs);
-  check_positions(c, kTrials, 4, "DenseQWithPenalties");
+  check_positions(run_trials, dense_q_with_penalties(), kTrials, 4, "DenseQWithPenalties");
 }
 
-// Fixed drafts: the law of each position follows from the rule. Position j is d_j with
-// probability a_j = min(1, p_j(d_j) / q_j(d_j)), else a sample of max(0, p_j - q_j) normalised;
-// position j + 1 is reached with probability a_j.
 TEST(VerifyDistribution, FixedDraftsDenseQLaw) {
-  VerifyCase c;
-  c.n = 2;
-  c.params.temperature = 1.0f;
-  c.params.top_k = 12;
-  c.params.seed = 0xF1D;
-  fill_rows(c, 600);
-  for (int j = 0; j < c.n; ++j) c.q.push_back(random_q(c.V, 700 + static_cast<uint64_t>(j)));
-  // Drafts: a token with q > p > 0 in each row (accepted with probability p / q).
-  for (int j = 0; j < c.n; ++j) {
-    const std::vector<double> p = target(c, static_cast<size_t>(j), {}).probs;
-    int32_t pick = -1;
-    double best = 0.0;
-    for (int32_t t = 0; t < c.V; ++t) {
-      const double pt = p[static_cast<size_t>(t)], qt = c.q[static_cast<size_t>(j)][static_cast<size_t>(t)];
-      if (pt > 0.0 && qt > pt && pt / qt > 0.3 && pt / qt < 0.8 && pt > best) {
-        best = pt;
-        pick = t;
-      }
-    }
-    ASSERT_GE(pick, 0) << "row " << j;
-    c.fixed_drafts.push_back(pick);
-  }
   std::vector<std::vector<double>> laws;
-  for (int j = 0; j <= c.n; ++j) {
-    const std::vector<double> p = target(c, static_cast<size_t>(j), {}).probs;
-    if (j == c.n) {
-      laws.push_back(p);
-      break;
-    }
-    const std::vector<float>& q = c.q[static_cast<size_t>(j)];
-    const int32_t d = c.fixed_drafts[static_cast<size_t>(j)];
-    const float pd = static_cast<float>(p[static_cast<size_t>(d)]);
-    const double a = std::min(1.0, static_cast<double>(pd) / static_cast<double>(q[static_cast<size_t>(d)]));
-    std::vector<double> r(static_cast<size_t>(c.V));
-    double rs = 0.0;
-    for (size_t t = 0; t < r.size(); ++t) {
-      r[t] = std::max(0.0f, static_cast<float>(p[t]) - q[t]);
-      rs += r[t];
-    }
-    std::vector<double> law(static_cast<size_t>(c.V));
-    for (size_t t = 0; t < law.size(); ++t) law[t] = (1.0 - a) * r[t] / rs;
-    law[static_cast<size_t>(d)] += a;
-    laws.push_back(law);
-  }
-  check_positions(c, kTrials, 5, "FixedDraftsDenseQLaw", laws);
+  const VerifyCase c = fixed_drafts_dense_q(laws);
+  check_positions(run_trials, c, kTrials, 5, "FixedDraftsDenseQLaw", laws);
 }
 
-// ---------------------------------------------------------------------------------------------
-// Random requests without draft probabilities (q one-hot at d_j).
-
-// One-hot q at fixed drafts: accepted with probability p_j(d_j), else a sample of p_j without
-// d_j: the emitted token is distributed as p_j at every position.
 TEST(VerifyDistribution, OneHotFixedDrafts) {
-  VerifyCase c;
-  c.n = 2;
-  c.params.temperature = 0.8f;
-  c.params.min_p = 0.05f;
-  c.params.seed = 0x0E1;
-  fill_rows(c, 800);
-  const std::vector<double> p0 = target(c, 0, {}).probs, p1 = target(c, 1, {}).probs;
-  const std::vector<int32_t> asc0 = by_prob_ascending(p0), asc1 = by_prob_ascending(p1);
-  c.fixed_drafts = {asc0[c.V - 3], asc1[c.V - 1]};  // row 0's third most likely, row 1's top
-  c.rule = VerifyRule::kOneHot;
-  check_positions(c, kTrials, 6, "OneHotFixedDrafts");
+  check_positions(run_trials, one_hot_fixed_drafts(), kTrials, 6, "OneHotFixedDrafts");
 }
 
-// One-hot rule with drafts drawn from some proposal that is not p.
 TEST(VerifyDistribution, OneHotDrawnDrafts) {
-  VerifyCase c;
-  c.n = 3;
-  c.params.temperature = 0.45f;
-  c.params.top_k = 9;
-  c.params.top_p = 0.95f;
-  c.params.seed = 0x0E2;
-  fill_rows(c, 950);
-  c.masks = {mask_without(c.V, {1, 4}), {}, {}, {}};
-  // 70% p_j, 30% an unrelated law (so that later positions are still reached often enough).
-  for (int j = 0; j < c.n; ++j) {
-    const std::vector<double> p = target(c, static_cast<size_t>(j), {}).probs;
-    const std::vector<float> other = random_q(c.V, 1000 + static_cast<uint64_t>(j));
-    std::vector<double> w(static_cast<size_t>(c.V));
-    for (size_t t = 0; t < w.size(); ++t) w[t] = 0.7 * p[t] + 0.3 * other[t];
-    c.proposal.push_back(w);
-  }
-  c.rule = VerifyRule::kOneHot;
-  check_positions(c, kTrials, 7, "OneHotDrawnDrafts");
+  check_positions(run_trials, one_hot_drawn_drafts(), kTrials, 7, "OneHotDrawnDrafts");
 }
 
-// ---------------------------------------------------------------------------------------------
-// Strict: the emitted token at position j is the section-2 sample of row j (kind 0 noise at
-// position j), whose marginal is p_j when reached, the drafts being drawn independently.
 TEST(VerifyDistribution, StrictDrawnDrafts) {
-  VerifyCase c;
-  c.n = 3;
-  c.params.temperature = 0.45f;  // peaked rows: drafts match the samples often enough
-  c.params.top_k = 10;
-  c.params.min_p = 0.01f;
-  c.params.seed = 0x57C;
-  fill_rows(c, 1100);
-  for (int j = 0; j < c.n; ++j) {
-    const std::vector<double> p = target(c, static_cast<size_t>(j), {}).probs;
-    std::vector<double> w(static_cast<size_t>(c.V));
-    for (size_t t = 0; t < w.size(); ++t) w[t] = 0.7 * p[t] + 0.3 / c.V;
-    c.proposal.push_back(w);
-  }
-  c.rule = VerifyRule::kStrict;
-  check_positions(c, kTrials, 8, "StrictDrawnDrafts");
+  check_positions(run_trials, strict_drawn_drafts(), kTrials, 8, "StrictDrawnDrafts");
 }
 
-// ---------------------------------------------------------------------------------------------
-// Negative control: on DenseQ-like draws at position 0 (always reached), the same G-test rejects
-// (a) p_0 with its top token's probability times 1.05, renormalised (at 3*10^5 trials a 1%
-// change is below the test's power: about 2 sigma), and (b) the law a plausible bug would give:
-// the correction drawn from p_0 instead of the residual max(0, p_0 - q_0).
 TEST(VerifyDistributionNegativeControl, PerturbedAndBuggyLawsReject) {
-  VerifyCase c;
-  c.n = 1;
-  c.params.temperature = 1.0f;
-  c.params.top_k = 8;
-  c.params.seed = 0xC0;
-  c.rows = {spread_logits(c.V, 1200, -1.0f, 1.5f), spread_logits(c.V, 1201)};
-  c.rows[0][5] = 3.2f;  // the top token holds about a third of p_0's mass
-  c.q.push_back(random_q(c.V, 1300));
-  const std::vector<double> p0 = target(c, 0, {}).probs;
-  const double top = *std::max_element(p0.begin(), p0.end());
-  ASSERT_GT(top, 0.25);
-  ASSERT_LT(top, 0.75);
-  const Tally tally = check_positions(c, kTrials, 9, "NegControl");
-  const st::GTestResult g1 =
-      st::expect_rejects(tally.counts[0], st::perturb_top(p0, 1.05), "NegControl perturbed 5%");
-  std::printf("[ stats    ] perturbed 5%%: G = %.2f, dof = %d, p = %.4g\n", g1.g, g1.dof, g1.p_value);
-  // (b): emitted = d_0 w.p. min(p, q)(d_0) summed over d_0, else a sample of p_0.
-  const std::vector<float>& q = c.q[0];
-  std::vector<double> bug(p0.size());
-  double beta = 0.0;
-  for (size_t t = 0; t < p0.size(); ++t) beta += std::min(p0[t], static_cast<double>(q[t]));
-  for (size_t t = 0; t < p0.size(); ++t)
-    bug[t] = std::min(p0[t], static_cast<double>(q[t])) + (1.0 - beta) * p0[t];
-  const st::GTestResult g2 = st::expect_rejects(tally.counts[0], bug, "NegControl residual bug");
-  std::printf("[ stats    ] correction from p instead of the residual: G = %.2f, dof = %d, p = %.4g\n",
-              g2.g, g2.dof, g2.p_value);
+  check_negative_control(run_trials, kTrials, "NegControl");
 }
 
 // ---------------------------------------------------------------------------------------------
