@@ -18,7 +18,7 @@ def _pair(backend="cpu", rows=4, **params):
     """Two samplers with the same requests: one driven by the ops, one by the Python API."""
     out = []
     for _ in range(2):
-        s = sonic.Sampler(V, max_slots=rows, max_drafts=2, backend=backend)
+        s = sonic.Sampler(V, max_slots=rows, max_rows=3 * rows, max_drafts=2, backend=backend)
         for r in range(rows):
             s.admit(r, temperature=[0.0, 0.7, 1.0, 1.3][r % 4], top_k=[0, 20, 0, 5][r % 4], top_p=0.9,
                     seed=r + 11, **params)
