@@ -84,87 +84,6 @@ __device__ __forceinline__ ArgMaxF warp_best(ArgMaxF v) {
   return v;
 }
 
-// Steps 1-4 for the token of one register, the general way (rare tokens: listed or in the history).
-__device__ __noinline__ float rules_one(const SlotTableView& tab, const RowPrologue& pro, int32_t t, float x) {
-  return pro.rules(tab, t, x);
-}
-
-// A 32-ary lower_bound by the whole warp: the first index of the sorted list[0, n) with list[i] >= key.
-__device__ __forceinline__ int32_t warp_lower_bound(const int32_t* list, int32_t n, int32_t key) {
-  const int lane = threadIdx.x & 31;
-  int32_t lo = 0, hi = n;  // the answer lies in [lo, hi]
-  while (hi - lo > 32) {
-    const int64_t len = hi - lo;
-    // 32 probes strictly inside [lo, hi), increasing with the lane.
-    const int32_t probe = lo + static_cast<int32_t>((lane + 1) * len / 33);
-    const int k = __popc(__ballot_sync(0xFFFFFFFFu, list[probe] < key));  // probes below the key
-    const int32_t new_lo = k == 0 ? lo : lo + static_cast<int32_t>(k * len / 33) + 1;
-    const int32_t new_hi = k == 32 ? hi : lo + static_cast<int32_t>((k + 1) * len / 33);
-    lo = new_lo;
-    hi = new_hi;
-  }
-  const int32_t i = lo + lane;
-  return lo + __popc(__ballot_sync(0xFFFFFFFFu, i < hi && list[i] < key));
-}
-
-// This lane's bits of the warp's 32 words of a per-token bitmap (bit t % 32 of word t / 32): bit i
-// of the result is register i's token. Lane l loads word l of the warp's range; shuffles hand the
-// words out (the lane's W consecutive tokens of load c lie in one word).
-template <DType D>
-__device__ __forceinline__ uint32_t lane_bits(const uint32_t* bitmap, int32_t warp_base, int32_t V) {
-  using L = LaneLayout<D>;
-  const int lane = threadIdx.x & 31;
-  const int32_t word0 = warp_base >> 5;
-  const uint32_t mine = (word0 + lane) * 32 < V ? bitmap[word0 + lane] : 0u;
-  uint32_t bits = 0;
-#pragma unroll
-  for (int c = 0; c < L::kLoads; ++c) {
-    const int offset = c * 32 * L::kWidth + lane * L::kWidth;  // first token of the load, in the warp
-    const uint32_t w = __shfl_sync(0xFFFFFFFFu, mine, offset >> 5);
-    bits |= ((w >> (offset & 31)) & ((1u << L::kWidth) - 1u)) << (c * L::kWidth);
-  }
-  return bits;
-}
-
-// Steps 1-4 for the warp's 1024 tokens. Most tokens see only the grammar mask (and, with an allowed
-// list, a ban): those are settled from bitmaps loaded once per warp. Tokens on the slot's token list
-// or in its history take the general per-token rule, which is what the reference runs.
-template <DType D>
-__device__ __forceinline__ void warp_rules(const SlotTableView& tab, const RowPrologue& pro, int32_t slot,
-                                           int32_t warp_base, float (&x)[kLaneTokens]) {
-  using L = LaneLayout<D>;
-  const int lane = threadIdx.x & 31;
-  const int32_t V = tab.vocab_size;
-  const SlotParams& p = pro.p;
-  const uint32_t allowed = pro.mask ? lane_bits<D>(reinterpret_cast<const uint32_t*>(pro.mask), warp_base, V) : ~0u;
-  uint32_t slow = pro.penalised ? lane_bits<D>(tab.hist_bits + static_cast<int64_t>(slot) * tab.words, warp_base, V) : 0u;
-  if (p.list_count > 0) {
-    const int32_t* list = tab.list_token + static_cast<int64_t>(slot) * tab.list_capacity;
-    const int32_t lo = warp_lower_bound(list, p.list_count, warp_base);
-    const int32_t hi = warp_lower_bound(list, p.list_count, warp_base + kWarpTokens);
-    for (int32_t e = lo; e < hi; ++e) {  // uniform over the warp; a handful at most
-      const int32_t o = list[e] - warp_base;
-      const int32_t c = o / (32 * L::kWidth), in_load = o % (32 * L::kWidth);
-      if (in_load / L::kWidth == lane) slow |= 1u << (c * L::kWidth + in_load % L::kWidth);
-    }
-  }
-  if (pro.penalised)  // verification: the drafts before this row count as output tokens
-    for (int32_t e = 0; e < pro.n_prev; ++e) {
-      const int32_t o = pro.prev_drafts[e] - warp_base;
-      if (o < 0 || o >= kWarpTokens) continue;
-      const int32_t c = o / (32 * L::kWidth), in_load = o % (32 * L::kWidth);
-      if (in_load / L::kWidth == lane) slow |= 1u << (c * L::kWidth + in_load % L::kWidth);
-    }
-  const bool allowed_list = p.flags & kSlotHasAllowed;
-#pragma unroll
-  for (int i = 0; i < kLaneTokens; ++i) {
-    const int32_t t = L::token(warp_base, lane, i);
-    if (t >= V) continue;
-    if ((slow >> i) & 1u) x[i] = rules_one(tab, pro, t, x[i]);
-    else if (allowed_list || !((allowed >> i) & 1u)) x[i] = -INFINITY;
-  }
-}
-
 #if SONIC_TOP4_SPLIT
 // A lane's four largest values of one chain (registers in increasing token order: strict
 // comparisons keep the lower id on ties) with the register of the first three.
@@ -212,6 +131,7 @@ __device__ bool stage1_tile(const RowJob& job, int32_t r, int32_t tile, int32_t 
                             const RowKind& k, float (&x)[kLaneTokens], Stage1Shared& sh, int* last_flag) {
   using L = LaneLayout<D>;
   const SlotTableView& tab = job.table;
+  const int32_t V = tab.vocab_size;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int32_t warp_base = tile * kTile + warp * kWarpTokens;
   // NaN stays in x: every comparison below is false for it (never valid, never a candidate), the
@@ -236,7 +156,13 @@ __device__ bool stage1_tile(const RowJob& job, int32_t r, int32_t tile, int32_t 
     s.raw_max = m;
     s.raw_sum = warp_sum_f32(sum);
   }
-  if (pro.has_rules) warp_rules<D>(tab, pro, slot, warp_base, x);
+  if (pro.has_rules) {
+#pragma unroll
+    for (int i = 0; i < kLaneTokens; ++i) {
+      const int32_t t = L::token(warp_base, lane, i);
+      if (t < V) x[i] = pro.rules(tab, t, x[i]);
+    }
+  }
   int valid = 0;
 #pragma unroll
   for (int i = 0; i < kLaneTokens; ++i) valid += x[i] > -INFINITY;
