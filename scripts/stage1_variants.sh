@@ -9,18 +9,24 @@ mkdir -p "$OUT"
 L=/tmp/sonic_variant_logs
 rm -rf "$L" && mkdir -p "$L"
 trap 'tar czf "$OUT/logs.tgz" -C /tmp sonic_variant_logs' EXIT
-variants=(
+# SONIC_VARIANTS (space-separated names) picks some of them.
+# A variant is "name:extra CUDA flags"; add a compile-time switch to the kernel and a line here to
+# A/B it (docs/perf-notes.md records the ones tried: two top-4 chains, a release atomic).
+all_variants=(
   "base:"
-  "split:-DSONIC_TOP4_SPLIT=1"
-  "release:-DSONIC_TILE_DONE_RELEASE=1"
+  "occ8:-DSONIC_FAST_MIN_BLOCKS=8"
 )
+variants=()
+for v in "${all_variants[@]}"; do
+  [[ -z "${SONIC_VARIANTS:-}" || " $SONIC_VARIANTS " == *" ${v%%:*} "* ]] && variants+=("$v")
+done
 gtest=()
 [ -d .deps/googletest ] && gtest=(-DSONIC_GTEST_SOURCE_DIR="$PWD/.deps/googletest")
 for v in "${variants[@]}"; do
   name=${v%%:*} flags=${v#*:}
   ( cmake -S . -B "build-var-$name" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
       -DCMAKE_CUDA_FLAGS="$flags" "${gtest[@]}" >"$L/configure_$name.log" 2>&1 &&
-    cmake --build "build-var-$name" -j4 --target sonic_bench sonic_gpu_tests >"$L/build_$name.log" 2>&1 ) &
+    cmake --build "build-var-$name" -j$((16 / ${#variants[@]})) --target sonic_bench sonic_gpu_tests >"$L/build_$name.log" 2>&1 ) &
 done
 wait
 for v in "${variants[@]}"; do

@@ -14,15 +14,6 @@
 // them to the row's candidate list and writes its TileStat; the last tile of a row runs stage 2.
 #pragma once
 
-#include <cuda/atomic>
-
-#ifndef SONIC_TOP4_SPLIT
-#define SONIC_TOP4_SPLIT 0
-#endif
-#ifndef SONIC_TILE_DONE_RELEASE
-#define SONIC_TILE_DONE_RELEASE 0
-#endif
-
 #include "common/random.hpp"
 #include "common/token_rules.hpp"
 #include "cuda/arg_max.cuh"
@@ -83,25 +74,6 @@ __device__ __forceinline__ ArgMaxF warp_best(ArgMaxF v) {
   }
   return v;
 }
-
-#if SONIC_TOP4_SPLIT
-// A lane's four largest values of one chain (registers in increasing token order: strict
-// comparisons keep the lower id on ties) with the register of the first three.
-struct Top4 {
-  float v1 = -INFINITY, v2 = -INFINITY, v3 = -INFINITY, v4 = -INFINITY;
-  int i1 = 0, i2 = 0, i3 = 0;
-  __device__ __forceinline__ void insert(float v, int i) {
-    const bool p1 = v > v1, p2 = v > v2, p3 = v > v3, p4 = v > v4;
-    v4 = p3 ? v3 : (p4 ? v : v4);
-    v3 = p2 ? v2 : (p3 ? v : v3);
-    i3 = p2 ? i2 : (p3 ? i : i3);
-    v2 = p1 ? v1 : (p2 ? v : v2);
-    i2 = p1 ? i1 : (p2 ? i : i2);
-    v1 = p1 ? v : v1;
-    i1 = p1 ? i : i1;
-  }
-};
-#endif
 
 // One warp's results, combined by the block into its TileStat.
 struct WarpSummary {
@@ -174,41 +146,6 @@ __device__ bool stage1_tile(const RowJob& job, int32_t r, int32_t tile, int32_t 
     float v1 = -INFINITY, v2 = -INFINITY, v3 = -INFINITY, v4 = -INFINITY;
     int i1 = 0, i2 = 0, i3 = 0;
     if (k.truncated) {
-#if SONIC_TOP4_SPLIT
-      // Experiment: two independent chains (even and odd registers) for instruction-level
-      // parallelism, merged by keys (ties across the chains go to the lower id).
-      Top4 a, b;
-#pragma unroll
-      for (int i = 0; i < kLaneTokens; i += 2) {
-        a.insert(x[i], i);
-        b.insert(x[i + 1], i + 1);
-      }
-      auto key = [&](float v, int i) { return v > -INFINITY ? static_cast<unsigned long long>(detail::pack_key(v, L::token(warp_base, lane, i))) : 0ull; };
-      const unsigned long long ka[3] = {key(a.v1, a.i1), key(a.v2, a.i2), key(a.v3, a.i3)};
-      const unsigned long long kb[3] = {key(b.v1, b.i1), key(b.v2, b.i2), key(b.v3, b.i3)};
-      unsigned long long top[3];
-      int pa = 0, pb = 0;
-#pragma unroll
-      for (int s = 0; s < 3; ++s) {
-        const unsigned long long ha = pa == 0 ? ka[0] : pa == 1 ? ka[1] : pa == 2 ? ka[2] : 0ull;
-        const unsigned long long hb = pb == 0 ? kb[0] : pb == 1 ? kb[1] : pb == 2 ? kb[2] : 0ull;
-        const bool take_a = ha >= hb;
-        top[s] = take_a ? ha : hb;
-        pa += take_a;
-        pb += !take_a;
-      }
-      const unsigned long long na = pa == 0 ? ka[0] : pa == 1 ? ka[1] : pa == 2 ? ka[2] : 0ull;
-      const unsigned long long nb = pb == 0 ? kb[0] : pb == 1 ? kb[1] : pb == 2 ? kb[2] : 0ull;
-      const float va = pa < 3 ? (na ? detail::key_value(na) : -INFINITY) : a.v4;
-      const float vb = pb < 3 ? (nb ? detail::key_value(nb) : -INFINITY) : b.v4;
-      v4 = fmaxf(va, vb);
-      if (v4 > -INFINITY) lane_bound = (static_cast<unsigned long long>(detail::order_bits(v4)) + 1ull) << 32;
-      k3 = top[2];
-      v1 = -INFINITY;  // k1 and k2 come from the merge
-      k1 = top[0];
-      k2 = top[1];
-      goto keys_done;
-#else
       // Registers come in increasing token order, so strict comparisons keep the lower id on ties.
 #pragma unroll
       for (int i = 0; i < kLaneTokens; ++i) {
@@ -225,7 +162,6 @@ __device__ bool stage1_tile(const RowJob& job, int32_t r, int32_t tile, int32_t 
       // The smallest key whose value exceeds v4 (the fourth value and any tie of it lie below).
       if (v4 > -INFINITY) lane_bound = (static_cast<unsigned long long>(detail::order_bits(v4)) + 1ull) << 32;
       if (v3 > -INFINITY) k3 = detail::pack_key(v3, L::token(warp_base, lane, i3));
-#endif
     } else {
 #pragma unroll
       for (int i = 0; i < kLaneTokens; ++i)
@@ -237,9 +173,6 @@ __device__ bool stage1_tile(const RowJob& job, int32_t r, int32_t tile, int32_t 
     if (v1 > -INFINITY) k1 = detail::pack_key(v1, L::token(warp_base, lane, i1));
     if (v2 > -INFINITY) k2 = detail::pack_key(v2, L::token(warp_base, lane, i2));
   }
-#if SONIC_TOP4_SPLIT
-keys_done:
-#endif
   s.max_key = warp_max_u64(k1);
   s.bound = k.truncated ? warp_max_u64(lane_bound) : 0;
   s.valid = warp_sum_i32(valid);
@@ -340,19 +273,9 @@ keys_done:
     job.fast.stats[static_cast<int64_t>(r) * job.fast.tiles + tile] = t;
   }
   // Publish the candidates and the statistics before counting this tile as done.
-#if SONIC_TILE_DONE_RELEASE
-  // Experiment: the barrier orders the block's writes before thread 0's release RMW (the PTX model's
-  // cumulativity), instead of a fence in every thread.
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    ::cuda::atomic_ref<int, ::cuda::thread_scope_device> done(job.fast.tiles_done[r]);
-    *last_flag = done.fetch_add(1, ::cuda::memory_order_acq_rel) == job.fast.tiles - 1;
-  }
-#else
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) *last_flag = atomicAdd(job.fast.tiles_done + r, 1) == job.fast.tiles - 1;
-#endif
   __syncthreads();
   return *last_flag != 0;
 }
