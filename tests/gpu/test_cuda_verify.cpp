@@ -229,6 +229,125 @@ TEST_P(CudaVerify, MatchesReferenceTokenForToken) {
   EXPECT_EQ(disagreements, 0);
 }
 
+// A verification call's device inputs and outputs that outlive the call, as a captured graph needs:
+// the case's arrays uploaded once; logits refreshed in place before each replay.
+struct DeviceCall {
+  DeviceBuffer<float> logits, dense, sparse_probs;
+  DeviceBuffer<int32_t> cu, drafts, rules, sparse_ids, sparse_count, mask, mask_index, tokens, accepted, status;
+  VerifyInputs in;
+  VerifyOutputs out;
+  LogitsView view;
+  BitmaskView bitmask;
+
+  explicit DeviceCall(const VerifyCase& c)
+      : logits(c.rows.logits.size()), dense(std::max<size_t>(1, c.dense.size())),
+        sparse_probs(std::max<size_t>(1, c.sparse_probs.size())), cu(c.cu_rows.size()),
+        drafts(std::max<size_t>(1, c.drafts.size())), rules(c.rules.size()),
+        sparse_ids(std::max<size_t>(1, c.sparse_ids.size())), sparse_count(std::max<size_t>(1, c.sparse_count.size())),
+        mask(std::max<size_t>(1, c.rows.bitmask.size())), mask_index(std::max<size_t>(1, c.rows.bitmask_index.size())),
+        tokens(c.params.size() * (kMaxDrafts + 1)), accepted(c.params.size()), status(c.rows.rows) {
+    logits.upload(c.rows.logits);
+    if (!c.dense.empty()) dense.upload(c.dense);
+    if (!c.sparse_probs.empty()) sparse_probs.upload(c.sparse_probs);
+    cu.upload(c.cu_rows);
+    if (!c.drafts.empty()) drafts.upload(c.drafts);
+    rules.upload(c.rules);
+    if (!c.sparse_ids.empty()) sparse_ids.upload(c.sparse_ids);
+    if (!c.sparse_count.empty()) sparse_count.upload(c.sparse_count);
+    if (!c.rows.bitmask.empty()) mask.upload(c.rows.bitmask);
+    if (!c.rows.bitmask_index.empty()) mask_index.upload(c.rows.bitmask_index);
+    const int64_t D = static_cast<int64_t>(c.drafts.size());
+    in.num_requests = static_cast<int32_t>(c.params.size());
+    in.cu_rows = cu.get();
+    in.draft_tokens = drafts.get();
+    in.num_drafts_capacity = D;
+    in.rules = rules.get();
+    in.draft_probs.dense = dense.get();
+    in.draft_probs.dense_rows = D;
+    in.draft_probs.dense_stride = c.rows.V;
+    in.draft_probs.sparse_ids = sparse_ids.get();
+    in.draft_probs.sparse_probs = sparse_probs.get();
+    in.draft_probs.sparse_count = sparse_count.get();
+    in.draft_probs.sparse_rows = D;
+    in.draft_probs.sparse_stride = kSparseCap;
+    out.tokens = tokens.get();
+    out.num_accepted = accepted.get();
+    out.out_stride = kMaxDrafts + 1;
+    out.status = status.get();
+    view = LogitsView{logits.get(), DType::kF32, c.rows.rows, c.rows.cols, c.rows.cols};
+    bitmask = BitmaskView{c.rows.bitmask.empty() ? nullptr : mask.get(), c.rows.rows, c.rows.words, c.rows.words,
+                          c.rows.bitmask_index.empty() ? nullptr : mask_index.get()};
+  }
+};
+
+// One verification call captured in a CUDA graph and replayed with fresh logits each time, and now
+// and then new parameters for a slot: every replay gives what an eager call on a twin sampler and
+// the CPU reference give, and each call's commit (steps, histories) is the next call's state on all
+// three.
+TEST(CudaVerifyGraph, CapturedCallReplaysLikeEagerAndReference) {
+  std::mt19937_64 rng(4242);
+  const int32_t V = 4096, B = 8, kReplays = 200;
+  VerifyCase c = make_case(rng, V, B, DType::kF32);
+  Sampler cpu(config(Backend::kCpu, V, B, c.rows.rows));
+  Sampler graph_s(config(Backend::kCuda, V, B, c.rows.rows));
+  Sampler eager_s(config(Backend::kCuda, V, B, c.rows.rows));
+  auto admit = [&](int32_t b) {
+    for (Sampler* s : {&cpu, &graph_s, &eager_s})
+      s->admit(b, c.params[b], c.prompts[b].data(), static_cast<int64_t>(c.prompts[b].size()));
+  };
+  for (int32_t b = 0; b < B; ++b) admit(b);
+  DeviceCall g(c), e(c);
+  cudaStream_t stream;
+  SONIC_TEST_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CallOptions opt;
+  opt.stream = stream;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  SONIC_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  graph_s.verify(g.view, g.in, g.bitmask, g.out, opt);
+  SONIC_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
+  SONIC_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  int disagreements = 0;
+  const int32_t W = kMaxDrafts + 1;
+  for (int i = 0; i < kReplays; ++i) {
+    for (float& x : c.rows.logits) x = 3.0f * normal(rng);
+    if (i % 50 == 25) {  // new parameters for one slot, between replays
+      const int32_t b = i / 50 % B;
+      c.params[b] = sonic_gpu::random_params(rng, V, 0);
+      admit(b);
+    }
+    SONIC_TEST_CUDA(cudaMemcpyAsync(g.logits.get(), c.rows.logits.data(), c.rows.logits.size() * 4,
+                                    cudaMemcpyHostToDevice, stream));
+    SONIC_TEST_CUDA(cudaMemcpyAsync(e.logits.get(), c.rows.logits.data(), c.rows.logits.size() * 4,
+                                    cudaMemcpyHostToDevice, stream));
+    SONIC_TEST_CUDA(cudaGraphLaunch(exec, stream));
+    eager_s.verify(e.view, e.in, e.bitmask, e.out, opt);
+    SONIC_TEST_CUDA(cudaStreamSynchronize(stream));
+    const std::vector<int32_t> gt = g.tokens.download(), ga = g.accepted.download(), gs = g.status.download();
+    const std::vector<int32_t> et = e.tokens.download(), ea = e.accepted.download();
+    const Result want = run(cpu, c, sonic::LogprobMode::kRaw);
+    ASSERT_EQ(gt, et) << "graph and eager differ at replay " << i;
+    ASSERT_EQ(ga, ea) << "graph and eager differ at replay " << i;
+    for (int32_t b = 0; b < B; ++b) {
+      bool same = ga[b] == want.accepted[b];
+      for (int32_t k = 0; k < W; ++k) same &= gt[b * W + k] == want.tokens[b * W + k];
+      for (int32_t r = c.cu_rows[b]; r < c.cu_rows[b + 1]; ++r) same &= gs[r] == want.status[r];
+      if (!same) {
+        ++disagreements;
+        std::printf("  [near-tie?] replay %d request %d: accepted gpu %d cpu %d\n", i, b, ga[b], want.accepted[b]);
+      }
+    }
+  }
+  std::printf("verify graph: %d replays x %d requests: %d disagreements with the reference\n", kReplays, B,
+              disagreements);
+  EXPECT_EQ(disagreements, 0);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
 std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
   const char* d = info.param.dtype == DType::kF32 ? "f32" : info.param.dtype == DType::kBF16 ? "bf16" : "f16";
   return "V" + std::to_string(info.param.V) + "_" + d;
