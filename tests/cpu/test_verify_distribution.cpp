@@ -82,39 +82,7 @@ Tally run_trials(const VerifyCase& c, int64_t trials, uint64_t draft_seed) {
   return all;
 }
 
-TEST(VerifyDistribution, DenseQ) { check_positions(run_trials, dense_q(), kTrials, 1, "DenseQ"); }
-
-TEST(VerifyDistribution, DenseQFarFromP) {
-  check_positions(run_trials, dense_q_far_from_p(), kTrials, 2, "DenseQFarFromP");
-}
-
-TEST(VerifyDistribution, SparseQ) { check_positions(run_trials, sparse_q(), kTrials, 3, "SparseQ"); }
-
-TEST(VerifyDistribution, DenseQWithPenalties) {
-  check_positions(run_trials, dense_q_with_penalties(), kTrials, 4, "DenseQWithPenalties");
-}
-
-TEST(VerifyDistribution, FixedDraftsDenseQLaw) {
-  std::vector<std::vector<double>> laws;
-  const VerifyCase c = fixed_drafts_dense_q(laws);
-  check_positions(run_trials, c, kTrials, 5, "FixedDraftsDenseQLaw", laws);
-}
-
-TEST(VerifyDistribution, OneHotFixedDrafts) {
-  check_positions(run_trials, one_hot_fixed_drafts(), kTrials, 6, "OneHotFixedDrafts");
-}
-
-TEST(VerifyDistribution, OneHotDrawnDrafts) {
-  check_positions(run_trials, one_hot_drawn_drafts(), kTrials, 7, "OneHotDrawnDrafts");
-}
-
-TEST(VerifyDistribution, StrictDrawnDrafts) {
-  check_positions(run_trials, strict_drawn_drafts(), kTrials, 8, "StrictDrawnDrafts");
-}
-
-TEST(VerifyDistributionNegativeControl, PerturbedAndBuggyLawsReject) {
-  check_negative_control(run_trials, kTrials, "NegControl");
-}
+SONIC_VERIFY_DISTRIBUTION_TESTS(VerifyDistribution, run_trials, kTrials, "")
 
 // ---------------------------------------------------------------------------------------------
 // Greedy requests: deterministic argmax chains, whatever rule is asked for.

@@ -518,3 +518,33 @@ inline void check_negative_control(const Runner& run, int64_t trials, const std:
 }
 
 }  // namespace verify_cases
+
+// The G-tests of every case above for one backend's runner, as gtest tests of suite `Suite` (names
+// in the output start with `prefix`). Each backend's test file instantiates them once.
+#define SONIC_VERIFY_DISTRIBUTION_TESTS(Suite, run, trials, prefix)                                        \
+  TEST(Suite, DenseQ) { verify_cases::check_positions(run, verify_cases::dense_q(), trials, 1, prefix "DenseQ"); } \
+  TEST(Suite, DenseQFarFromP) {                                                                           \
+    verify_cases::check_positions(run, verify_cases::dense_q_far_from_p(), trials, 2, prefix "DenseQFarFromP"); \
+  }                                                                                                       \
+  TEST(Suite, SparseQ) { verify_cases::check_positions(run, verify_cases::sparse_q(), trials, 3, prefix "SparseQ"); } \
+  TEST(Suite, DenseQWithPenalties) {                                                                      \
+    verify_cases::check_positions(run, verify_cases::dense_q_with_penalties(), trials, 4,                  \
+                                  prefix "DenseQWithPenalties");                                          \
+  }                                                                                                       \
+  TEST(Suite, FixedDraftsDenseQLaw) {                                                                     \
+    std::vector<std::vector<double>> laws;                                                                \
+    const verify_cases::VerifyCase c = verify_cases::fixed_drafts_dense_q(laws);                          \
+    verify_cases::check_positions(run, c, trials, 5, prefix "FixedDraftsDenseQLaw", laws);                \
+  }                                                                                                       \
+  TEST(Suite, OneHotFixedDrafts) {                                                                        \
+    verify_cases::check_positions(run, verify_cases::one_hot_fixed_drafts(), trials, 6, prefix "OneHotFixedDrafts"); \
+  }                                                                                                       \
+  TEST(Suite, OneHotDrawnDrafts) {                                                                        \
+    verify_cases::check_positions(run, verify_cases::one_hot_drawn_drafts(), trials, 7, prefix "OneHotDrawnDrafts"); \
+  }                                                                                                       \
+  TEST(Suite, StrictDrawnDrafts) {                                                                        \
+    verify_cases::check_positions(run, verify_cases::strict_drawn_drafts(), trials, 8, prefix "StrictDrawnDrafts"); \
+  }                                                                                                       \
+  TEST(Suite, NegativeControlRejectsPerturbedAndBuggyLaws) {                                              \
+    verify_cases::check_negative_control(run, trials, prefix "NegControl");                              \
+  }

@@ -125,38 +125,6 @@ Tally run_on_gpu(const VerifyCase& c, int64_t trials, uint64_t draft_seed) {
   return tally;
 }
 
-TEST(CudaVerifyDistribution, DenseQ) { check_positions(run_on_gpu, dense_q(), kTrials, 1, "gpu DenseQ"); }
-
-TEST(CudaVerifyDistribution, DenseQFarFromP) {
-  check_positions(run_on_gpu, dense_q_far_from_p(), kTrials, 2, "gpu DenseQFarFromP");
-}
-
-TEST(CudaVerifyDistribution, SparseQ) { check_positions(run_on_gpu, sparse_q(), kTrials, 3, "gpu SparseQ"); }
-
-TEST(CudaVerifyDistribution, DenseQWithPenalties) {
-  check_positions(run_on_gpu, dense_q_with_penalties(), kTrials, 4, "gpu DenseQWithPenalties");
-}
-
-TEST(CudaVerifyDistribution, FixedDraftsDenseQLaw) {
-  std::vector<std::vector<double>> laws;
-  const VerifyCase c = fixed_drafts_dense_q(laws);
-  check_positions(run_on_gpu, c, kTrials, 5, "gpu FixedDraftsDenseQLaw", laws);
-}
-
-TEST(CudaVerifyDistribution, OneHotFixedDrafts) {
-  check_positions(run_on_gpu, one_hot_fixed_drafts(), kTrials, 6, "gpu OneHotFixedDrafts");
-}
-
-TEST(CudaVerifyDistribution, OneHotDrawnDrafts) {
-  check_positions(run_on_gpu, one_hot_drawn_drafts(), kTrials, 7, "gpu OneHotDrawnDrafts");
-}
-
-TEST(CudaVerifyDistribution, StrictDrawnDrafts) {
-  check_positions(run_on_gpu, strict_drawn_drafts(), kTrials, 8, "gpu StrictDrawnDrafts");
-}
-
-TEST(CudaVerifyDistribution, NegativeControlRejectsPerturbedAndBuggyLaws) {
-  check_negative_control(run_on_gpu, kTrials, "gpu NegControl");
-}
+SONIC_VERIFY_DISTRIBUTION_TESTS(CudaVerifyDistribution, run_on_gpu, kTrials, "gpu ")
 
 }  // namespace
