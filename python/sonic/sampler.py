@@ -255,6 +255,20 @@ class Sampler:
         return int(self._impl.step(A._int("slot", slot, -(2**31), 2**31 - 1)))
 
     # ---- calls ------------------------------------------------------------------------------
+    def _logprob_outputs(self, alloc: A.Allocator, lead: tuple, want_lp: bool, top_logprobs: bool) -> tuple:
+        """(logprob, rank, top_ids, top_logprobs) arrays of shape ``lead`` (top-N: lead + (N,)),
+        None where not asked for."""
+        logprob = alloc.empty(lead, "float32") if want_lp else None
+        rank = alloc.empty(lead, "int32") if want_lp else None
+        if not top_logprobs:
+            return logprob, rank, None, None
+        n = self._config["max_top_logprobs"]
+        if n <= 0:
+            raise ValueError(
+                "sonic: argument 'top_logprobs' needs a sampler created with max_top_logprobs > 0"
+            )
+        return logprob, rank, alloc.empty(lead + (n,), "int32"), alloc.empty(lead + (n,), "float32")
+
     def sample(
         self,
         logits: Any,
@@ -287,17 +301,7 @@ class Sampler:
 
         tokens = alloc.empty((R,), "int32")
         status = alloc.empty((R,), "int32")
-        logprob = alloc.empty((R,), "float32") if want_lp else None
-        rank = alloc.empty((R,), "int32") if want_lp else None
-        top_ids = top_lps = None
-        if top_logprobs:
-            n = c["max_top_logprobs"]
-            if n <= 0:
-                raise ValueError(
-                    "sonic: argument 'top_logprobs' needs a sampler created with max_top_logprobs > 0"
-                )
-            top_ids = alloc.empty((R, n), "int32")
-            top_lps = alloc.empty((R, n), "float32")
+        logprob, rank, top_ids, top_lps = self._logprob_outputs(alloc, (R,), want_lp, top_logprobs)
         final_ids = final_probs = final_count = None
         if final_distribution:
             n = c["max_final_entries"]
@@ -423,17 +427,7 @@ class Sampler:
         tokens = alloc.empty((B, W), "int32")
         num_accepted = alloc.empty((B,), "int32")
         status = alloc.empty((rows,), "int32")
-        logprob = alloc.empty((B, W), "float32") if want_lp else None
-        rank = alloc.empty((B, W), "int32") if want_lp else None
-        top_ids = top_lps = None
-        if top_logprobs:
-            n = c["max_top_logprobs"]
-            if n <= 0:
-                raise ValueError(
-                    "sonic: argument 'top_logprobs' needs a sampler created with max_top_logprobs > 0"
-                )
-            top_ids = alloc.empty((B, W, n), "int32")
-            top_lps = alloc.empty((B, W, n), "float32")
+        logprob, rank, top_ids, top_lps = self._logprob_outputs(alloc, (B, W), want_lp, top_logprobs)
 
         self._impl.verify(
             logits,
