@@ -2,6 +2,8 @@
 // launches on the caller's stream (no host synchronisation, no allocation: CUDA-Graph capturable).
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -30,17 +32,32 @@ class CudaBackend final : public SamplerBackend {
  public:
   explicit CudaBackend(const SamplerConfig& config) : SamplerBackend(config), table_(config) {
     const size_t rows = static_cast<size_t>(config.max_rows);
-    tiles_ = (config.vocab_size + cuda::kTile - 1) / cuda::kTile;
-    SONIC_CUDA_CHECK(cudaMalloc(&z_, rows * config.vocab_size * sizeof(float)));
-    SONIC_CUDA_CHECK(cudaMalloc(&stats_, rows * tiles_ * sizeof(cuda::TileStat)));
-    SONIC_CUDA_CHECK(cudaMalloc(&cands_, rows * tiles_ * cuda::kTileCandidates * sizeof(unsigned long long)));
-    // Counters: [0, rows) candidates appended, [rows, 2 rows) tiles done, then the exact kernel's
-    // rows done. Zero between calls: the kernels reset what they count.
-    SONIC_CUDA_CHECK(cudaMalloc(&counters_, (2 * rows + 1) * sizeof(int32_t)));
-    SONIC_CUDA_CHECK(cudaMemset(counters_, 0, (2 * rows + 1) * sizeof(int32_t)));
+    const int32_t V = config.vocab_size;
+    // The fp32 tiling has the most tiles; 16-bit tiles hold twice the tokens and candidates.
+    const int64_t tiles32 = (V + cuda::tile_tokens(DType::kF32) - 1) / cuda::tile_tokens(DType::kF32);
+    const int64_t tiles16 = (V + cuda::tile_tokens(DType::kBF16) - 1) / cuda::tile_tokens(DType::kBF16);
+    cand_stride_ = std::max(tiles32 * cuda::tile_candidates(DType::kF32), tiles16 * cuda::tile_candidates(DType::kBF16));
+    SONIC_CUDA_CHECK(cudaMalloc(&z_, rows * V * sizeof(float)));
+    SONIC_CUDA_CHECK(cudaMalloc(&stats_, rows * tiles32 * sizeof(cuda::TileStat)));
+    SONIC_CUDA_CHECK(cudaMalloc(&cands_, rows * cand_stride_ * sizeof(unsigned long long)));
+    // Counters: [0, rows) chunks done per row, then the rows flagged and the exact kernel's blocks
+    // done. Zero between calls: the kernels reset what they count.
+    SONIC_CUDA_CHECK(cudaMalloc(&counters_, (rows + 2) * sizeof(int32_t)));
+    SONIC_CUDA_CHECK(cudaMemset(counters_, 0, (rows + 2) * sizeof(int32_t)));
     SONIC_CUDA_CHECK(cudaMalloc(&exact_flags_, rows * sizeof(int32_t)));
     SONIC_CUDA_CHECK(cudaMalloc(&verdicts_, rows * sizeof(cuda::RowVerdict)));
     SONIC_CUDA_CHECK(cudaMalloc(&row_logprob_, rows * sizeof(float)));
+    SONIC_CUDA_CHECK(cudaMalloc(&row_rank_, rows * sizeof(int32_t)));
+    row_top_stride_ = std::max(config.max_top_logprobs, 1);
+    SONIC_CUDA_CHECK(cudaMalloc(&row_top_ids_, rows * row_top_stride_ * sizeof(int32_t)));
+    SONIC_CUDA_CHECK(cudaMalloc(&row_top_logprobs_, rows * row_top_stride_ * sizeof(float)));
+    int sms = 0;
+    SONIC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, config.device));
+    sms_ = sms;
+    for (DType d : {DType::kF32, DType::kBF16, DType::kF16})
+      resident_[static_cast<int>(d)] = sms * std::max(1, cuda::fast_sample_blocks_per_sm(d));
+    // A fixed chunk size for experiments and tests (tokens never depend on it).
+    if (const char* env = std::getenv("SONIC_CUDA_TILES_PER_CHUNK")) forced_tiles_per_chunk_ = std::atoi(env);
   }
   ~CudaBackend() override {
     cudaFree(z_);
@@ -50,6 +67,9 @@ class CudaBackend final : public SamplerBackend {
     cudaFree(exact_flags_);
     cudaFree(verdicts_);
     cudaFree(row_logprob_);
+    cudaFree(row_rank_);
+    cudaFree(row_top_ids_);
+    cudaFree(row_top_logprobs_);
   }
 
   Backend kind() const override { return Backend::kCuda; }
@@ -94,7 +114,7 @@ class CudaBackend final : public SamplerBackend {
     job.bitmask_index = bitmask.row_index;
     job.table = table_.view();
     job.z = z_;
-    job.fast = scratch();
+    job.fast = scratch(logits.dtype, job.rows);
     job.out = cuda::RowOutputs{out.tokens,     out.status,       out.logprob,     out.rank,
                                out.top_ids,    out.top_logprobs, out.top_stride,  out.final_ids,
                                out.final_probs, out.final_count, out.final_stride, config_.max_final_entries};
@@ -106,7 +126,7 @@ class CudaBackend final : public SamplerBackend {
     // then commits every row's state.
     cuda::launch_fast_sample(job, stream);
     job.exact_flags = exact_flags_;
-    cuda::launch_exact_sample(job, stream);
+    cuda::launch_exact_sample(job, 2 * sms_, stream);
   }
 
   void top_k(const LogitsView& logits, int32_t k, const TopKOutputs& out, const CallOptions& options) override {
@@ -119,7 +139,7 @@ class CudaBackend final : public SamplerBackend {
     job.row_stride = logits.row_stride;
     job.rows = static_cast<int32_t>(logits.rows);
     job.table = table_.view();  // only its vocab_size is read
-    job.fast = scratch();
+    job.fast = scratch(logits.dtype, job.rows);
     job.top_k = cuda::TopKJob{k, out.ids, out.values, out.stride};
     const cudaStream_t stream = static_cast<cudaStream_t>(options.stream);
     cuda::launch_fast_sample(job, stream);
@@ -128,10 +148,6 @@ class CudaBackend final : public SamplerBackend {
 
   void verify(const LogitsView& logits, const VerifyInputs& in, const BitmaskView& bitmask, const VerifyOutputs& out,
               const CallOptions& options) override {
-    if (out.rank || out.top_ids)
-      throw Error(ErrorCode::kUnsupported,
-                  "sonic: verify() on the CUDA backend returns logprobs but not yet ranks or top-N "
-                  "(out.rank, out.top_ids); use Backend::kCpu for those");
     require_device(logits.data, "logits.data");
     require_device(in.cu_rows, "in.cu_rows");
     require_device(in.slots, "in.slots");
@@ -147,6 +163,9 @@ class CudaBackend final : public SamplerBackend {
     require_device(out.num_accepted, "out.num_accepted");
     require_device(out.status, "out.status");
     require_device(out.logprob, "out.logprob");
+    require_device(out.rank, "out.rank");
+    require_device(out.top_ids, "out.top_ids");
+    require_device(out.top_logprobs, "out.top_logprobs");
 
     cuda::RowJob job{};
     job.logits = logits.data;
@@ -159,13 +178,25 @@ class CudaBackend final : public SamplerBackend {
     job.bitmask_index = bitmask.row_index;
     job.table = table_.view();
     job.z = z_;
-    job.fast = scratch();
+    job.fast = scratch(logits.dtype, job.rows);
     // Per-row outputs are scratch: the commit turns the row verdicts into the request outputs.
-    job.out = cuda::RowOutputs{nullptr, out.status, out.logprob ? row_logprob_ : nullptr, nullptr, nullptr, nullptr, 0,
-                               nullptr, nullptr,     nullptr, 0,                                  0};
+    // Rank and top-N rows take the exact path (as in sampling), which writes them per row.
+    job.out = cuda::RowOutputs{nullptr,
+                               out.status,
+                               out.logprob ? row_logprob_ : nullptr,
+                               out.rank ? row_rank_ : nullptr,
+                               out.top_ids ? row_top_ids_ : nullptr,
+                               out.top_ids ? row_top_logprobs_ : nullptr,
+                               row_top_stride_,
+                               nullptr,
+                               nullptr,
+                               nullptr,
+                               0,
+                               0};
     job.verify = cuda::VerifyJob{in.num_requests, in.cu_rows,   in.slots,     in.draft_tokens,
                                  in.num_drafts_capacity,  in.rules,  in.draft_probs, config_.max_drafts,
-                                 verdicts_,         out.tokens, out.num_accepted, out.out_stride, out.logprob};
+                                 verdicts_,         out.tokens, out.num_accepted, out.out_stride, out.logprob,
+                                 out.rank,          out.top_ids, out.top_logprobs, out.top_stride};
     job.mode = options.logprob_mode;
     job.advance_step = options.advance_step;
     job.append_to_history = options.append_to_history;
@@ -173,25 +204,55 @@ class CudaBackend final : public SamplerBackend {
     if (in.num_requests == 0) return;
     cuda::launch_fast_sample(job, stream);
     job.exact_flags = exact_flags_;
-    cuda::launch_exact_sample(job, stream);
+    cuda::launch_exact_sample(job, 2 * sms_, stream);
   }
 
  private:
-  cuda::FastScratch scratch() const {
+  // The fast kernel's workspace and shape for a call of `rows` rows of `dtype` logits. Chunks grow
+  // with the grid (up to kMaxTilesPerChunk tiles) so that large batches stream several tiles a block
+  // with few blocks' tails, while small ones keep a block a tile for latency.
+  cuda::FastScratch scratch(DType dtype, int32_t rows) const {
+    constexpr int64_t kTargetWaves = 4;
+    const int32_t V = config_.vocab_size;
+    const int32_t tiles = (V + cuda::tile_tokens(dtype) - 1) / cuda::tile_tokens(dtype);
+    int64_t per_chunk = forced_tiles_per_chunk_ > 0
+                            ? forced_tiles_per_chunk_
+                            : static_cast<int64_t>(rows) * tiles / (kTargetWaves * resident_[static_cast<int>(dtype)]);
+    per_chunk = std::clamp<int64_t>(per_chunk, 1, std::min<int64_t>(cuda::kMaxTilesPerChunk, tiles));
+    const int32_t chunks = static_cast<int32_t>((tiles + per_chunk - 1) / per_chunk);
+    const int32_t tiles_per_chunk = (tiles + chunks - 1) / chunks;  // the same chunks, evened out
     const int64_t max_rows = config_.max_rows;
-    return cuda::FastScratch{stats_,       cands_, counters_, counters_ + max_rows,
-                             exact_flags_, counters_ + 2 * max_rows, tiles_};
+    cuda::FastScratch f{};
+    f.stats = stats_;
+    f.cands = cands_;
+    f.cand_stride = cand_stride_;
+    f.tiles_done = counters_;
+    f.exact_flags = exact_flags_;
+    f.flagged = counters_ + max_rows;
+    f.rows_done = counters_ + max_rows + 1;
+    f.tiles = tiles;
+    f.tiles_per_chunk = tiles_per_chunk;
+    f.chunks = (tiles + tiles_per_chunk - 1) / tiles_per_chunk;
+    f.chunk_capacity = tiles_per_chunk * cuda::tile_candidates(dtype);
+    return f;
   }
 
   cuda::DeviceSlotTable table_;
   float* z_ = nullptr;
-  int32_t tiles_ = 0;
+  int64_t cand_stride_ = 0;  // candidates a row may hold
+  int32_t sms_ = 0;
+  int32_t resident_[3] = {1, 1, 1};  // fast-kernel blocks the device holds at once, per dtype
+  int32_t forced_tiles_per_chunk_ = 0;
   cuda::TileStat* stats_ = nullptr;
   unsigned long long* cands_ = nullptr;
   int32_t* counters_ = nullptr;
   int32_t* exact_flags_ = nullptr;
   cuda::RowVerdict* verdicts_ = nullptr;  // verification: [max_rows]
   float* row_logprob_ = nullptr;          // verification: [max_rows] logprob of each row's token
+  int32_t* row_rank_ = nullptr;           // verification: [max_rows] its rank
+  int32_t* row_top_ids_ = nullptr;        // verification: [max_rows, row_top_stride_] the row's top-N
+  float* row_top_logprobs_ = nullptr;
+  int64_t row_top_stride_ = 1;
 };
 
 }  // namespace

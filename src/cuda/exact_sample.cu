@@ -424,13 +424,14 @@ __device__ void exact_row(const RowJob& job, int32_t r, Shared& sh, unsigned lon
 }
 
 // The state updates of every row of the call, once every row has read the state: the emitted token
-// joins the slot's history and the slot's step advances (once per row naming it).
-__device__ void commit_requests(const RowJob& job);
+// joins the slot's history and the slot's step advances (once per row naming it). Rows (requests)
+// first, first + stride, ... of this thread.
+__device__ void commit_requests(const RowJob& job, int32_t first, int32_t stride);
 
-__device__ void commit_rows(const RowJob& job) {
-  if (job.verify.num_requests > 0) return commit_requests(job);
+__device__ void commit_rows(const RowJob& job, int32_t first, int32_t stride) {
+  if (job.verify.num_requests > 0) return commit_requests(job, first, stride);
   const SlotTableView& tab = job.table;
-  for (int32_t r = threadIdx.x; r < job.rows; r += kBlock) {
+  for (int32_t r = first; r < job.rows; r += stride) {
     int32_t slot;
     const int32_t* mask;
     if (!resolve_row(tab, job.slots, r, job.bitmask, job.bitmask_rows, job.bitmask_stride, job.bitmask_index,
@@ -445,16 +446,23 @@ __device__ void commit_rows(const RowJob& job) {
 
 // Verification: each request's outputs from its rows' verdicts (accepted drafts, then the row that
 // stops), its emitted tokens appended to its slot's history and its step advanced once.
-__device__ void commit_requests(const RowJob& job) {
+__device__ void commit_requests(const RowJob& job, int32_t first_request, int32_t stride) {
   const SlotTableView& tab = job.table;
   const VerifyJob& v = job.verify;
-  for (int32_t b = threadIdx.x; b < v.num_requests; b += kBlock) {
+  for (int32_t b = first_request; b < v.num_requests; b += stride) {
     int32_t* tokens = v.tokens + b * v.out_stride;
     float* lps = v.logprob ? v.logprob + b * v.out_stride : nullptr;
+    int32_t* ranks = v.rank ? v.rank + b * v.out_stride : nullptr;
     for (int64_t i = 0; i < v.out_stride; ++i) {
       tokens[i] = -1;
       if (lps) lps[i] = -INFINITY;
+      if (ranks) ranks[i] = 0;
     }
+    if (v.top_ids)
+      for (int64_t i = 0; i < v.out_stride * v.top_stride; ++i) {
+        v.top_ids[b * v.out_stride * v.top_stride + i] = -1;
+        v.top_logprobs[b * v.out_stride * v.top_stride + i] = -INFINITY;
+      }
     v.num_accepted[b] = 0;
     const int32_t first = v.cu_rows[b];
     const VerifyRow w = locate_verify_row(job, first);
@@ -468,6 +476,14 @@ __device__ void commit_requests(const RowJob& job) {
       const RowVerdict verdict{__ldcg(&v.verdicts[first + j].emit), __ldcg(&v.verdicts[first + j].stop)};
       tokens[j] = verdict.emit;
       if (lps) lps[j] = __ldcg(job.out.logprob + first + j);
+      if (ranks) ranks[j] = __ldcg(job.out.rank + first + j);
+      // Rows with top-N asked for took the exact path, which wrote their top entries (padded).
+      if (v.top_ids && tab.params[w.slot].top_n > 0)
+        for (int64_t i = 0; i < job.out.top_stride; ++i) {
+          const int64_t at = (b * v.out_stride + j) * v.top_stride + i;
+          v.top_ids[at] = __ldcg(job.out.top_ids + (first + j) * job.out.top_stride + i);
+          v.top_logprobs[at] = __ldcg(job.out.top_logprobs + (first + j) * job.out.top_stride + i);
+        }
       last_row = first + j;
       if (verdict.stop) break;
     }
@@ -481,31 +497,44 @@ __device__ void commit_requests(const RowJob& job) {
   }
 }
 
+// Grid-stride over the rows. When the fast kernel flagged no row (the common case), nothing reads the
+// request table any more, so every block commits its share at once; otherwise the flagged rows take
+// the exact path and the last block to finish commits every row.
 __global__ void __launch_bounds__(kBlock) exact_sample_kernel(RowJob job) {
   __shared__ Shared sh;
   __shared__ int last;
   extern __shared__ unsigned long long gathered[];  // final distribution, final_capacity keys
-  exact_row(job, blockIdx.x, sh, gathered);
-  // The last block to finish commits the state of every row.
-  __threadfence();
-  __syncthreads();
+  if (job.exact_flags && __ldcg(job.fast.flagged) == 0) {
+    commit_rows(job, blockIdx.x * kBlock + threadIdx.x, gridDim.x * kBlock);
+    return;
+  }
+  for (int32_t r = blockIdx.x; r < job.rows; r += gridDim.x) {
+    exact_row(job, r, sh, gathered);
+    __syncthreads();  // the next row reuses the shared memory
+  }
   if (threadIdx.x == 0) {
+    __threadfence();
     last = atomicAdd(job.fast.rows_done, 1) == static_cast<int>(gridDim.x) - 1;
-    if (last) *job.fast.rows_done = 0;
+    if (last) {
+      __threadfence();
+      *job.fast.rows_done = 0;
+      *job.fast.flagged = 0;
+    }
   }
   __syncthreads();
-  if (last) commit_rows(job);
+  if (last) commit_rows(job, threadIdx.x, kBlock);
 }
 
 }  // namespace
 
-void launch_exact_sample(const RowJob& job, cudaStream_t stream) {
+void launch_exact_sample(const RowJob& job, int32_t max_blocks, cudaStream_t stream) {
   if (job.rows == 0) return;
   const size_t smem = job.out.final_ids ? static_cast<size_t>(job.out.final_capacity) * 8 : 0;
   if (smem > 48 * 1024)
     SONIC_CUDA_CHECK(cudaFuncSetAttribute(exact_sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
-  exact_sample_kernel<<<job.rows, kBlock, smem, stream>>>(job);
+  const int32_t blocks = job.rows < max_blocks ? job.rows : max_blocks;
+  exact_sample_kernel<<<blocks, kBlock, smem, stream>>>(job);
   SONIC_CUDA_CHECK(cudaGetLastError());
 }
 

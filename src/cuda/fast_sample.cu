@@ -1,11 +1,11 @@
-// The fast path as one kernel: grid (tiles, rows) of kFastThreads. Every block runs stage 1 on its
-// tile; the last block of a row to finish runs stage 2 for the row. Tile size and launch shape depend
-// on V and the batch only; results never depend on them.
+// The fast path as one kernel: grid (chunks, rows) of kFastThreads. Every block runs stage 1 on its
+// chunk of tiles; the last block of a row to finish runs stage 2 for the row. Tile size, chunk size
+// and launch shape depend on V, the dtype and the grid only; results never depend on them.
 #include "cuda/cuda_check.hpp"
 #include "cuda/prologue.cuh"
 #include "cuda/row_job.cuh"
 #include "cuda/row_outputs.cuh"
-#include "cuda/stage1_tile.cuh"
+#include "cuda/stage1_chunk.cuh"
 #include "cuda/stage2_row.cuh"
 #include "cuda/tile_loader.cuh"
 #include "cuda/top_k_row.cuh"
@@ -14,38 +14,43 @@
 namespace sonic::cuda {
 namespace {
 
-// 5 blocks an SM: the most that keeps the 32 logits of a lane and the screen in registers unspilled.
+// 4 blocks an SM: as many as the stage-1 slots in shared memory allow.
 #ifndef SONIC_FAST_MIN_BLOCKS
-#define SONIC_FAST_MIN_BLOCKS 5
+#define SONIC_FAST_MIN_BLOCKS 4
 #endif
+// The stage-1 slots and stage 2's workspace share the block's dynamic shared memory (stage 2 starts
+// once every copy has landed).
+template <DType D>
+constexpr size_t kFastSharedBytes = kStageBytes<D> > sizeof(Stage2Shared) ? kStageBytes<D> : sizeof(Stage2Shared);
+
 template <DType D>
 __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_sample_kernel(RowJob job) {
-  using L = LaneLayout<D>;
-  __shared__ union Shared {
-    Stage1Shared s1;
-    Stage2Shared s2;
-  } sh;
+  extern __shared__ uint4 dynamic_shared[];
+  __shared__ Stage1Shared s1;
   __shared__ int last;
-  const int32_t r = blockIdx.y, tile = blockIdx.x;
+  StepSlot<D>* slots = reinterpret_cast<StepSlot<D>*>(dynamic_shared);
+  Stage2Shared& s2 = *reinterpret_cast<Stage2Shared*>(dynamic_shared);
+  const int32_t r = blockIdx.y, chunk = blockIdx.x;
   const SlotTableView& tab = job.table;
   const int32_t V = tab.vocab_size;
-  // Issue the tile's loads first: their latency overlaps the row's prologue.
-  const void* row = static_cast<const char*>(job.logits) + static_cast<int64_t>(r) * job.row_stride * L::kElem;
-  float x[kLaneTokens];
-  load_lane<D>(row, tile * kTile + (threadIdx.x >> 5) * kWarpTokens, V, x);
+  // Start the chunk's first copies: their latency overlaps the row's prologue.
+  const void* row = static_cast<const char*>(job.logits) + static_cast<int64_t>(r) * job.row_stride * elem_bytes(D);
+  const bool vec_ok = (reinterpret_cast<uintptr_t>(row) & 15) == 0;
+  start_chunk<D>(job, chunk, row, vec_ok, slots);
   if (job.top_k.k > 0) {  // Sampler::top_k: raw logits, no request
     RowPrologue pro;
     RowKind kind;
     top_k_prologue(&pro, &kind);
-    if (stage1_tile<D>(job, r, tile, 0, pro, kind, x, sh.s1, &last)) top_k_row(job, r, kind, sh.s2);
+    if (stage1_chunk<D>(job, r, chunk, 0, pro, kind, row, vec_ok, slots, s1, &last)) top_k_row(job, r, kind, s2);
     return;
   }
   int32_t slot;
   const int32_t* mask;
   VerifyRow w;
-  const RowResolution res = resolve_call_row(job, r, &slot, &mask, &w);
+  RowResolution res = resolve_call_row(job, r, &slot, &mask, &w);
   if (res != kRowOk) {
-    if (tile == 0) {
+    copy_async_wait<0>();  // nothing may still write the block's shared memory when it exits
+    if (chunk == 0) {
       if (res == kRowInvalid) {
         if (job.verify.num_requests) {
           if (threadIdx.x == 0) write_invalid_verify_row(job, r);
@@ -57,6 +62,19 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
     }
     return;
   }
+  {
+    RowPrologue pro;
+    pro.init(tab, slot, mask);
+    if (job.verify.num_requests) {
+      pro.position = static_cast<uint32_t>(w.j);
+      pro.prev_drafts = job.verify.draft_tokens + w.draft0;
+      pro.n_prev = w.j;
+    }
+    const RowKind kind = row_kind(pro, job, V);
+    if (!stage1_chunk<D>(job, r, chunk, slot, pro, kind, row, vec_ok, slots, s1, &last)) return;
+  }
+  // Stage 2 reads the row's request afresh, so that stage 1 holds none of it in registers.
+  res = resolve_call_row(job, r, &slot, &mask, &w);
   RowPrologue pro;
   pro.init(tab, slot, mask);
   if (job.verify.num_requests) {
@@ -64,20 +82,43 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
     pro.prev_drafts = job.verify.draft_tokens + w.draft0;
     pro.n_prev = w.j;
   }
-  const RowKind kind = row_kind(pro, job, V);
-  if (!stage1_tile<D>(job, r, tile, slot, pro, kind, x, sh.s1, &last)) return;
-  stage2_row(job, r, slot, pro, kind, w, sh.s2);
+  stage2_row(job, r, slot, pro, row_kind(pro, job, V), w, s2);
+}
+
+template <DType D>
+void launch(const RowJob& job, cudaStream_t stream) {
+  fast_sample_kernel<D><<<dim3(job.fast.chunks, job.rows), kFastThreads, kFastSharedBytes<D>, stream>>>(job);
+}
+
+// Also allows the kernel its dynamic shared memory (over 48 KB must be asked for) on the current
+// device: the backend calls it once, when it is created.
+template <DType D>
+int resident_blocks() {
+  SONIC_CUDA_CHECK(cudaFuncSetAttribute(fast_sample_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(kFastSharedBytes<D>)));
+  int blocks = 0;
+  SONIC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fast_sample_kernel<D>, kFastThreads,
+                                                                 kFastSharedBytes<D>));
+  return blocks;
 }
 
 }  // namespace
 
+int fast_sample_blocks_per_sm(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return resident_blocks<DType::kBF16>();
+    case DType::kF16: return resident_blocks<DType::kF16>();
+    case DType::kF32:
+    default: return resident_blocks<DType::kF32>();
+  }
+}
+
 void launch_fast_sample(const RowJob& job, cudaStream_t stream) {
   if (job.rows == 0) return;
-  const dim3 grid(job.fast.tiles, job.rows);
   switch (job.dtype) {
-    case DType::kF32: fast_sample_kernel<DType::kF32><<<grid, kFastThreads, 0, stream>>>(job); break;
-    case DType::kBF16: fast_sample_kernel<DType::kBF16><<<grid, kFastThreads, 0, stream>>>(job); break;
-    case DType::kF16: fast_sample_kernel<DType::kF16><<<grid, kFastThreads, 0, stream>>>(job); break;
+    case DType::kF32: launch<DType::kF32>(job, stream); break;
+    case DType::kBF16: launch<DType::kBF16>(job, stream); break;
+    case DType::kF16: launch<DType::kF16>(job, stream); break;
   }
   SONIC_CUDA_CHECK(cudaGetLastError());
 }

@@ -42,6 +42,14 @@ struct RowPrologue {
 
   // Steps 1-4 only: x_t -> x_t after the bitmask, the token lists and the penalties.
   __device__ __forceinline__ float rules(const SlotTableView& tab, int32_t t, float x) const {
+    return token_rules(tab, p, slot, mask, prev_drafts, n_prev, t, x);
+  }
+
+  // Steps 1-4 for token t of a row of slot `slot` with parameters p, bitmask row `mask` (or null)
+  // and drafts d_0..d_{n_prev-1} before it that count as output tokens (verification).
+  __device__ static __forceinline__ float token_rules(const SlotTableView& tab, const SlotParams& p, int32_t slot,
+                                                      const int32_t* mask, const int32_t* prev_drafts,
+                                                      int32_t n_prev, int32_t t, float x) {
     if (mask && !detail::bitmask_allows(mask, t)) return -INFINITY;
     float bias = 0.0f;
     if (p.list_count > 0) {
@@ -55,7 +63,7 @@ struct RowPrologue {
     if (!(x > -INFINITY)) return -INFINITY;
     bool in_scope = false;
     int32_t count = 0;
-    if (penalised) {
+    if (p.repetition != 1.0f || p.frequency != 0.0f || p.presence != 0.0f) {
       TokenHistory h = history_lookup(tab, slot, t);
       for (int32_t i = 0; i < n_prev; ++i) h.output += prev_drafts[i] == t;
       in_scope = (p.flags & kSlotRepetitionOutputOnly) ? h.output > 0 : h.prompt + h.output > 0;
@@ -64,6 +72,23 @@ struct RowPrologue {
     return detail::adjust_logit(x, bias, in_scope, count, detail::Penalties{p.repetition, p.frequency, p.presence});
   }
 };
+
+// A slot's parameters through the read-only path (the compiler may then reload rather than keep them).
+__device__ __forceinline__ SlotParams load_params(const SlotParams* p) {
+  SlotParams q;
+  q.temperature = __ldg(&p->temperature);
+  q.top_p = __ldg(&p->top_p);
+  q.min_p = __ldg(&p->min_p);
+  q.repetition = __ldg(&p->repetition);
+  q.frequency = __ldg(&p->frequency);
+  q.presence = __ldg(&p->presence);
+  q.top_k = __ldg(&p->top_k);
+  q.top_n = __ldg(&p->top_n);
+  q.flags = __ldg(&p->flags);
+  q.list_count = __ldg(&p->list_count);
+  q.seed = __ldg(reinterpret_cast<const unsigned long long*>(&p->seed));
+  return q;
+}
 
 // Resolves a row's slot and bitmask row; false when either is invalid (the row is then flagged).
 __device__ __forceinline__ bool resolve_row(const SlotTableView& tab, const int32_t* slots, int32_t r,

@@ -26,42 +26,58 @@ struct RowOutputs {
   int32_t final_capacity;
 };
 
-// The fast path's fixed shapes. A block of 128 threads takes a tile of 4096 tokens; each warp screens
-// 1024 of them (32 a lane) on its own. Every lane keeps its three largest keys; the block keeps those
-// above the largest value any lane had to leave out (the tile's bound), a few per warp on real
-// distributions. Stage 2 proves from the bounds that these candidates hold the kept set.
-constexpr int32_t kTile = 4096;
+// The fast path's shapes. A block has 128 threads (4 warps). Each lane screens its tokens in groups
+// of 32 (kGroupTokens) and keeps the three largest keys of each group; the warp keeps those above the
+// largest value any of its lanes had to leave out (its bound). One step of a warp is eight 16-byte
+// loads a lane (4 KB of logits): one group of fp32 tokens, two groups of 16-bit ones. A tile is one
+// step of every warp of a block (16 KB: 4096 fp32 or 8192 16-bit tokens); a block takes a chunk of
+// consecutive tiles of one row and streams them with the next tile's loads in flight while it
+// screens the current one. The tiles a chunk takes are chosen per launch (more for larger grids);
+// the sampled tokens never depend on them.
 constexpr int32_t kFastThreads = 128;
 constexpr int32_t kFastWarps = kFastThreads / 32;
-constexpr int32_t kWarpTokens = kTile / kFastWarps;
-constexpr int32_t kLaneTokens = kWarpTokens / 32;
-constexpr int32_t kTileCandidates = 3 * kFastThreads;  // at most three a lane
-constexpr int32_t kMaxVocab = 64 * kTile;              // stage 2 merges at most 64 tiles (two a lane)
+constexpr int32_t kGroupTokens = 32;                   // tokens a lane screens together
+constexpr int32_t kStepLoads = 8;                      // 16-byte loads a lane a step
+constexpr int32_t kGroupCandidates = 3 * 32;           // keys a warp may keep from one group
+constexpr int32_t kMaxChunks = 64;                     // stage 2 merges at most 64 chunks (two a lane)
+constexpr int32_t kMaxTilesPerChunk = 16;
+constexpr int32_t kMinTileTokens = 4096;               // fp32
+constexpr int32_t kMaxVocab = kMaxChunks * kMinTileTokens;
 
-// What stage 1 leaves for stage 2 about one (row, tile). Keys are packed (value, id) keys of the
+__host__ __device__ constexpr int32_t elem_bytes(DType d) { return d == DType::kF32 ? 4 : 2; }
+__host__ __device__ constexpr int32_t tile_tokens(DType d) { return kFastWarps * kStepLoads * 32 * (16 / elem_bytes(d)); }
+__host__ __device__ constexpr int32_t tile_candidates(DType d) {  // at most three a lane a group
+  return kFastWarps * (tile_tokens(d) / kFastWarps / (32 * kGroupTokens)) * kGroupCandidates;
+}
+
+// What stage 1 leaves for stage 2 about one (row, chunk). Keys are packed (value, id) keys of the
 // logits after steps 1-4 (before temperature, which preserves their order): stage 2 divides the
 // few it keeps.
 struct alignas(16) TileStat {
-  unsigned long long max_key;  // largest key in the tile (0: no valid token)
+  unsigned long long max_key;  // largest key in the chunk (0: no valid token)
   unsigned long long bound;    // every valid token that is not a candidate has a key < bound
-  float sum;                   // sum of exp((x - tile max) / T) (T = 1 for greedy rows), if needed
+  float sum;                   // sum of exp((x - chunk max) / T) (T = 1 for greedy rows), if needed
   float raw_max;               // raw logits (raw logprob mode): max and sum of exp(x - max)
   float raw_sum;
-  float win_score;             // untruncated random rows: the tile's best z + G
+  float win_score;             // untruncated random rows: the chunk's best z + G
   int32_t win_token;
   int32_t valid;               // tokens with a finite or +inf value
   int32_t nan;
-  int32_t pad;
+  int32_t count;               // candidates the chunk wrote at the start of its region
 };
 
 struct FastScratch {
-  TileStat* stats;              // [rows, tiles]
-  unsigned long long* cands;    // [rows, tiles * kTileCandidates] packed keys, unordered
-  int32_t* cand_count;          // [rows] keys appended to the row's list (reset by stage 2)
-  int32_t* tiles_done;          // [rows] tiles finished (the last one runs stage 2 and resets it)
+  TileStat* stats;              // [rows, chunks]
+  unsigned long long* cands;    // [rows, cand_stride]; chunk c writes from c * tiles_per_chunk * tile_candidates
+  int64_t cand_stride;
+  int32_t* tiles_done;          // [rows] chunks finished (the last one runs stage 2 and resets it)
   int32_t* exact_flags;         // [rows] 1: stage 2 could not settle the row exactly
-  int32_t* rows_done;           // [1] rows finished by the exact kernel (its last block commits)
-  int32_t tiles;
+  int32_t* flagged;             // [1] rows flagged in this call (the exact kernel resets it)
+  int32_t* rows_done;           // [1] blocks finished by the exact kernel (its last block commits)
+  int32_t tiles;                // tiles of a row for the call's dtype
+  int32_t tiles_per_chunk;
+  int32_t chunks;               // ceil(tiles / tiles_per_chunk) <= kMaxChunks
+  int32_t chunk_capacity;       // candidates a chunk may write: tiles_per_chunk * tile_candidates
 };
 
 // Sampler::top_k's outputs: when k > 0 the fast kernel runs the top-k of raw logits instead of sampling.
@@ -94,6 +110,10 @@ struct VerifyJob {
   int32_t* num_accepted;    // [B]
   int64_t out_stride;
   float* logprob;           // [B, out_stride] or null
+  int32_t* rank;            // [B, out_stride] or null
+  int32_t* top_ids;         // [B, out_stride, top_stride] or null (with top_logprobs)
+  float* top_logprobs;
+  int64_t top_stride;
 };
 
 struct RowJob {
@@ -118,17 +138,21 @@ struct RowJob {
   bool append_to_history;
 };
 
-// The fast path, one kernel: stage 1 on every (tile, row), stage 2 in the last block of each row to
+// The fast path, one kernel: stage 1 on every (chunk, row), stage 2 in the last block of each row to
 // finish. Rows it cannot settle are flagged in job.fast.exact_flags. Reads the request table only.
 void launch_fast_sample(const RowJob& job, cudaStream_t stream);
+
+// Blocks of the fast kernel an SM holds at once for a dtype (sizes the chunks). Call once per device
+// before launching: it also sets the kernel's shared-memory limit.
+int fast_sample_blocks_per_sm(DType dtype);
 
 // Top-k rows the fast kernel flagged (their top k is not inside the candidates): a radix select over
 // the whole row, one block a row.
 void launch_exact_top_k(const RowJob& job, cudaStream_t stream);
 
-// The exact sampler over the flagged rows (one block a row, every rule of SPEC.md section 2 by full
-// passes over the row), then the state updates of every row of the call: its last block to finish
-// appends the emitted tokens to the histories and advances the steps, after every row has read them.
-void launch_exact_sample(const RowJob& job, cudaStream_t stream);
+// The exact sampler over the flagged rows (a block a row at a time, at most max_blocks blocks, every
+// rule of SPEC.md section 2 by full passes over the row), then the state updates of every row of the
+// call: the emitted tokens join the histories and the steps advance, after every row has read them.
+void launch_exact_sample(const RowJob& job, int32_t max_blocks, cudaStream_t stream);
 
 }  // namespace sonic::cuda

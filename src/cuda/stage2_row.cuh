@@ -14,7 +14,7 @@
 #include "common/random.hpp"
 #include "common/token_rules.hpp"
 #include "cuda/row_outputs.cuh"
-#include "cuda/stage1_tile.cuh"
+#include "cuda/stage1_chunk.cuh"
 #include "cuda/verify_row.cuh"
 
 namespace sonic::cuda {
@@ -28,9 +28,14 @@ struct Stage2Shared {
     cub::BlockScan<double, kFastThreads>::TempStorage scan;
     cub::BlockReduce<ArgMaxD, kFastThreads>::TempStorage argmax;
   } temp;
-  unsigned long long gathered[kGatherCap];
-  unsigned long long sorted[kGatherCap];  // z keys, descending
-  double cum[kGatherCap];                 // inclusive sums of exp(z - z_max) along `sorted`
+  unsigned long long gathered[kGatherCap];  // x keys at or above the row's bound
+  unsigned long long sorted[kGatherCap];    // z keys, descending
+  union {
+    unsigned long long staged[kGatherCap];  // z keys of the prefix, unordered
+    double cum[kGatherCap];                 // inclusive sums of exp(z - z_max) along `sorted`
+  };
+  int32_t cand_off[kMaxChunks];             // chunk c's candidates are [cand_off[c], cand_off[c] + count)
+  int32_t chunks;
   unsigned long long max_key;             // x keys
   unsigned long long bound;
   double sum_all;  // sum of exp(z - z_max) over every valid token (when stage 1 computed it)
@@ -39,8 +44,9 @@ struct Stage2Shared {
   ArgMaxF win;
   int32_t valid;
   int32_t nan;
-  int32_t n_all;
-  int32_t n;
+  int32_t n_all;   // candidates of every chunk
+  int32_t n_bound; // of them at or above the row's bound
+  int32_t n;       // keys of the sorted prefix
   int32_t flag_exact;
   int32_t token;
   int32_t kept;
@@ -64,17 +70,30 @@ __device__ __forceinline__ double warp_sum_f64(double v) {
   return v;
 }
 
-// Warp 0 merges the row's tile statistics into `sh` (at most 64 tiles, two a lane).
+__device__ __forceinline__ int warp_inclusive_sum(int v) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int u = __shfl_up_sync(0xFFFFFFFFu, v, o);
+    if (lane >= o) v += u;
+  }
+  return v;
+}
+
+// Warp 0 merges the row's chunk statistics into `sh` (at most 64 chunks, two a lane), with the
+// offsets of each chunk's candidates in the row's list.
 __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const RowKind& k, Stage2Shared& sh) {
   const int lane = threadIdx.x & 31;
-  const int32_t tiles = job.fast.tiles;
-  const TileStat* stats = job.fast.stats + static_cast<int64_t>(r) * tiles;
+  const int32_t chunks = job.fast.chunks;
+  const TileStat* stats = job.fast.stats + static_cast<int64_t>(r) * chunks;
   TileStat t[2];
   bool have[2];
+  int count[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    have[h] = lane + 32 * h < tiles;
+    have[h] = lane + 32 * h < chunks;
     if (have[h]) t[h] = load_stat(stats + lane + 32 * h);
+    count[h] = have[h] ? t[h].count : 0;
   }
   unsigned long long max_key = 0, bound = 0;
   int valid = 0, nan = 0;
@@ -96,6 +115,12 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
   nan = __any_sync(0xFFFFFFFFu, nan);
   raw_max = warp_max_f32(raw_max);
   win = warp_best(win);
+  const int incl0 = warp_inclusive_sum(count[0]);
+  const int total0 = __shfl_sync(0xFFFFFFFFu, incl0, 31);
+  const int incl1 = warp_inclusive_sum(count[1]);
+  if (have[0]) sh.cand_off[lane] = incl0 - count[0];
+  if (have[1]) sh.cand_off[lane + 32] = total0 + incl1 - count[1];
+  const int n_all = total0 + __shfl_sync(0xFFFFFFFFu, incl1, 31);
   const float m = max_key ? detail::key_value(max_key) : -INFINITY;
   double sum = 0.0, raw_sum = 0.0;
 #pragma unroll
@@ -117,10 +142,11 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
     sh.win = win;
     sh.sum_all = sum;
     sh.raw_sum = raw_sum;
-    sh.n_all = __ldcg(job.fast.cand_count + r);
+    sh.chunks = chunks;
+    sh.n_all = n_all;
+    sh.n_bound = 0;
     sh.n = 0;
-    // Every tile of the row is done: reset the counters for the next call.
-    job.fast.cand_count[r] = 0;
+    // Every chunk of the row is done: reset its counter for the next call.
     job.fast.tiles_done[r] = 0;
   }
 }
@@ -192,35 +218,63 @@ __device__ __forceinline__ int decide_kept(const SlotParams& p, int32_t V, float
   return x == keep ? keep : x + 1;
 }
 
+// Calls f(key) for every listed x key at or above the row's bound, in batches of independent loads.
+// Candidate i of the row lies in the chunk c with cand_off[c] <= i < cand_off[c + 1].
+template <class F>
+__device__ __forceinline__ void for_each_listed(const RowJob& job, int32_t r, const Stage2Shared& sh, F&& f) {
+  const unsigned long long bound = sh.bound;
+  const int n_all = sh.n_all, chunks = sh.chunks;
+  const unsigned long long* list = job.fast.cands + static_cast<int64_t>(r) * job.fast.cand_stride;
+  constexpr int kBatch = 4;
+  for (int base = threadIdx.x; base < n_all; base += kBatch * kFastThreads) {
+    unsigned long long key[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = base + b * kFastThreads;
+      key[b] = 0ull;
+      if (i < n_all) {
+        int lo = 0, hi = chunks - 1;  // the last chunk whose offset is <= i
+        while (lo < hi) {
+          const int mid = (lo + hi + 1) >> 1;
+          if (sh.cand_off[mid] <= i) lo = mid; else hi = mid - 1;
+        }
+        key[b] = __ldcg(list + static_cast<int64_t>(lo) * job.fast.chunk_capacity + (i - sh.cand_off[lo]));
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (kept_by(key[b], bound)) f(key[b]);
+  }
+}
+
 // Gathers the row's sorted prefix into sh.sorted[0, sh.n) as z keys (z = x / T) and returns zl: every
 // token outside the prefix has z <= zl < every z inside. Every token outside the candidate list lies
-// at or below the row bound's value xb, so any tau >= xb gives a true prefix: the listed tokens with
+// below the row bound's value xb, so any tau >= xb gives a true prefix: the listed tokens with
 // z > z(tau). With want > 0, tau rises so that about want + kTopKSlack keys remain (a histogram of
 // the candidates' distances below the maximum mx); tokens below `cut` are left out as well. sh.n
-// above kGatherCap means the prefix did not fit (nothing is sorted then).
+// above kGatherCap means the prefix did not fit (nothing is sorted then). The candidates at or above
+// the bound are read from the list once, into shared memory, when they fit (the common case).
 __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, int32_t want, float cut,
                                Stage2Shared& sh) {
   const int tid = threadIdx.x;
   const unsigned long long bound = sh.bound;
-  const int n_all = sh.n_all;
-  const unsigned long long* list = job.fast.cands + static_cast<int64_t>(r) * job.fast.tiles * kTileCandidates;
-  constexpr int kBatch = 4;
-  auto for_each_candidate = [&](auto&& f) {  // every listed key at or above the row's bound
-    for (int base = tid; base < n_all; base += kBatch * kFastThreads) {
-      unsigned long long key[kBatch];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int j = base + b * kFastThreads;
-        key[b] = j < n_all ? __ldcg(list + j) : 0ull;
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b)
-        if (kept_by(key[b], bound)) f(key[b]);
+  for_each_listed(job, r, sh, [&](unsigned long long key) {
+    const int at = atomicAdd(&sh.n_bound, 1);
+    if (at < kGatherCap) sh.gathered[at] = key;
+  });
+  __syncthreads();
+  const int n_bound = sh.n_bound;
+  const bool in_smem = n_bound <= kGatherCap;
+  auto for_each_candidate = [&](auto&& f) {
+    if (in_smem) {
+      for (int i = tid; i < n_bound; i += kFastThreads) f(sh.gathered[i]);
+    } else {
+      for_each_listed(job, r, sh, f);
     }
   };
   const float xb = bound ? detail::key_value(bound) : -INFINITY;
   float tau = xb;
-  if (want > 0 && bound && n_all > 2 * want + 64 && mx < INFINITY && mx - xb > 0.0f) {
+  if (want > 0 && bound && n_bound > want + kTopKSlack + 64 && mx < INFINITY && mx - xb > 0.0f) {
     sh.hist[tid] = 0;
     __syncthreads();
     const float scale = static_cast<float>(kFastThreads) / (mx - xb);
@@ -229,17 +283,33 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
       atomicAdd(&sh.hist[min(kFastThreads - 1, static_cast<int>(d))], 1);
     });
     __syncthreads();
-    if (tid == 0) {
+    if (tid < 32) {  // the first bin b whose cumulative count reaches want + kTopKSlack
+      constexpr int kPer = kFastThreads / 32;
+      int c[kPer], own = 0;
+#pragma unroll
+      for (int q = 0; q < kPer; ++q) own += (c[q] = sh.hist[tid * kPer + q]);
+      const int incl = warp_inclusive_sum(own);
+      const int target = want + kTopKSlack;
+      const unsigned reach = __ballot_sync(0xFFFFFFFFu, incl >= target);
       float t = xb;
-      int cum = 0;
-      for (int b = 0; b < kFastThreads; ++b) {
-        cum += sh.hist[b];
-        if (cum >= want + kTopKSlack) {
+      if (reach) {
+        const int l = __ffs(reach) - 1;
+        if (tid == l) {
+          int cum = incl - own, b = tid * kPer;
+#pragma unroll
+          for (int q = 0; q < kPer; ++q) {
+            cum += c[q];
+            if (cum >= target) {
+              b = tid * kPer + q;
+              break;
+            }
+          }
           t = mx - static_cast<float>(b + 1) / scale;
-          break;
+          sh.tau = fmaxf(t, xb);
         }
+      } else if (tid == 0) {
+        sh.tau = xb;
       }
-      sh.tau = fmaxf(t, xb);
     }
     __syncthreads();
     tau = sh.tau;
@@ -249,16 +319,16 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
     const float z = detail::apply_temperature(detail::key_value(key), T);
     if (!(z > zl) || z < cut) return;
     const int at = atomicAdd(&sh.n, 1);
-    if (at < kGatherCap) sh.gathered[at] = detail::pack_key(z, detail::key_token(key));
+    if (at < kGatherCap) sh.staged[at] = detail::pack_key(z, detail::key_token(key));
   });
   __syncthreads();
   const int n = sh.n;
   if (n <= kGatherCap) {
     // Sort by rank: keys are distinct, so each key's rank is the number of larger keys.
     for (int i = tid; i < n; i += kFastThreads) {
-      const unsigned long long key = sh.gathered[i];
+      const unsigned long long key = sh.staged[i];
       int pos = 0;
-      for (int j = 0; j < n; ++j) pos += sh.gathered[j] > key;
+      for (int j = 0; j < n; ++j) pos += sh.staged[j] > key;
       sh.sorted[pos] = key;
     }
   }
@@ -358,7 +428,10 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     }
   }
   if (exact) {
-    if (tid == 0) job.fast.exact_flags[r] = 1;
+    if (tid == 0) {
+      job.fast.exact_flags[r] = 1;
+      atomicAdd(job.fast.flagged, 1);
+    }
     return;
   }
   __syncthreads();  // sh.sorted[0] of greedy rows

@@ -1,6 +1,13 @@
-// How stage 1 reads a tile of logits. Each lane owns 32 tokens in 16-byte vectors (LaneLayout), so
-// that one warp-wide vector load covers 512 contiguous bytes, and all 8 (fp32) or 4 (16-bit) loads
-// of a lane are in flight at once.
+// How stage 1 reads its logits. A warp step is eight 16-byte loads a lane (4 KB a warp): load c of
+// lane l covers the kWidth tokens at step_base + c * 32 * kWidth + l * kWidth, so each warp-wide load
+// reads 512 contiguous bytes. The lane's tokens split into groups of 32 (one for fp32, two for 16-bit
+// logits); group g is the lane's share of the warp's 1024 consecutive tokens from
+// step_base + g * 1024.
+//
+// Steps go through shared memory by asynchronous copies (cp.async), kFastStages deep, so that the
+// next steps are in flight while the lane screens the current one without holding registers for
+// them. Each lane copies and later reads back only its own 16-byte pieces (and its own bitmap
+// words), so no barrier is needed: cp.async.wait_group orders a thread's copies before its reads.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -11,17 +18,115 @@
 
 namespace sonic::cuda {
 
-// Where a lane's 32 logits lie: 16-byte loads of W tokens, load c of lane l at warp_base + c*32*W + l*W.
-// Register i holds token token(i); registers run in increasing token order.
+#ifndef SONIC_FAST_STAGES
+#define SONIC_FAST_STAGES 3
+#endif
+constexpr int kFastStages = SONIC_FAST_STAGES;  // steps a warp has in shared memory (in flight or being read)
+
 template <DType D>
-struct LaneLayout {
-  static constexpr int kElem = D == DType::kF32 ? 4 : 2;
-  static constexpr int kWidth = 16 / kElem;
-  static constexpr int kLoads = kLaneTokens / kWidth;
-  __device__ static __forceinline__ int32_t token(int32_t warp_base, int lane, int i) {
-    return warp_base + (i / kWidth) * (32 * kWidth) + lane * kWidth + (i % kWidth);
+struct StepLayout {
+  static constexpr int kElem = elem_bytes(D);
+  static constexpr int kWidth = 16 / kElem;                       // tokens a load
+  static constexpr int kGroups = kStepLoads * kWidth / kGroupTokens;
+  static constexpr int kGroupLoads = kStepLoads / kGroups;        // loads a group
+  static constexpr int32_t kStepTokens = 32 * kStepLoads * kWidth;  // a warp's step
+  static constexpr uint32_t kNegInfBits = D == DType::kF32 ? 0xFF800000u : (D == DType::kBF16 ? 0xFF80u : 0xFC00u);
+  // Token of register i (0 <= i < 32) of the group from group_base; registers run in increasing
+  // token order.
+  __device__ static __forceinline__ int32_t token(int32_t group_base, int lane, int i) {
+    return group_base + (i / kWidth) * (32 * kWidth) + lane * kWidth + (i % kWidth);
   }
 };
+
+// One warp's step in shared memory: the raw logits (load c of lane l at v[c][l]) and the row's
+// bitmap words over the step's tokens (lane l holds word l of each group: tokens group_base + 32 l
+// .. + 31), shuffled to their owners when screened.
+template <DType D>
+struct StepSlot {
+  uint4 v[kStepLoads][32];
+  uint32_t mask[StepLayout<D>::kGroups][32];  // grammar bitmask (all ones without one)
+  uint32_t seen[StepLayout<D>::kGroups][32];  // history presence bits (zero for rows without penalties)
+};
+template <DType D>
+constexpr size_t kStageBytes = sizeof(StepSlot<D>) * kFastStages * kFastWarps;  // a block's slots
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void copy_async_16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void copy_async_4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(shared_address(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+template <DType D>
+__device__ __forceinline__ uint32_t load_one_bits(const void* row, int32_t t) {
+  if constexpr (D == DType::kF32) return __float_as_uint(__ldcs(static_cast<const float*>(row) + t));
+  else return __ldcs(static_cast<const unsigned short*>(row) + t);
+}
+
+// Starts the copies of a step's logits into `slot`: 16-byte asynchronous copies where the row is
+// 16-byte aligned, plain loads and stores otherwise and at the row's end (ids >= V read as -inf).
+template <DType D>
+__device__ __forceinline__ void issue_logits(const void* row, bool vec_ok, int32_t step_base, int32_t V, StepSlot<D>& slot) {
+  using L = StepLayout<D>;
+  const int lane = threadIdx.x & 31;
+  if (vec_ok && step_base + L::kStepTokens <= V) {  // the common case: the whole step, no checks
+    const char* src = static_cast<const char*>(row) + (static_cast<int64_t>(step_base) + lane * L::kWidth) * L::kElem;
+#pragma unroll
+    for (int c = 0; c < kStepLoads; ++c) copy_async_16(&slot.v[c][lane], src + c * 512);
+    return;
+  }
+#pragma unroll
+  for (int c = 0; c < kStepLoads; ++c) {
+    const int g = c / L::kGroupLoads;
+    const int32_t t0 = L::token(step_base + g * 32 * kGroupTokens, lane, (c % L::kGroupLoads) * L::kWidth);
+    if (vec_ok && t0 + L::kWidth <= V) {
+      copy_async_16(&slot.v[c][lane], static_cast<const char*>(row) + static_cast<int64_t>(t0) * L::kElem);
+    } else {
+      uint32_t w[4] = {0, 0, 0, 0};
+#pragma unroll
+      for (int j = 0; j < L::kWidth; ++j) {
+        const uint32_t b = t0 + j < V ? load_one_bits<D>(row, t0 + j) : L::kNegInfBits;
+        if constexpr (D == DType::kF32) w[j] = b;
+        else w[j / 2] |= b << (16 * (j % 2));
+      }
+      slot.v[c][lane] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  }
+}
+
+// Starts the copies of the step's bitmap words (kAsync: into the open commit group; otherwise plain
+// loads and stores). A null row: all allowed, none seen.
+template <DType D, bool kAsync>
+__device__ __forceinline__ void issue_bitmaps(int32_t step_base, const uint32_t* mask_row, const uint32_t* seen_row,
+                                              int32_t words, StepSlot<D>& slot) {
+  using L = StepLayout<D>;
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int g = 0; g < L::kGroups; ++g) {
+    const int32_t word = (step_base + g * 32 * kGroupTokens) / 32 + lane;
+    const bool in = word < words;
+    if (mask_row && in) {
+      if constexpr (kAsync) copy_async_4(&slot.mask[g][lane], mask_row + word);
+      else slot.mask[g][lane] = __ldg(mask_row + word);
+    } else {
+      slot.mask[g][lane] = 0xFFFFFFFFu;
+    }
+    if (seen_row && in) {
+      if constexpr (kAsync) copy_async_4(&slot.seen[g][lane], seen_row + word);
+      else slot.seen[g][lane] = __ldg(seen_row + word);
+    } else {
+      slot.seen[g][lane] = 0u;
+    }
+  }
+}
 
 template <DType D>
 __device__ __forceinline__ float decode_half(uint32_t h) {
@@ -29,44 +134,42 @@ __device__ __forceinline__ float decode_half(uint32_t h) {
   else return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
 }
 
+// The lane's 32 registers of group g of a step in shared memory, decoded to fp32.
 template <DType D>
-__device__ __forceinline__ void decode_vector(const uint4& v, float* x) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    if constexpr (D == DType::kF32) {
-      x[j] = __uint_as_float(w[j]);
-    } else {
-      x[2 * j] = decode_half<D>(w[j] & 0xFFFFu);
-      x[2 * j + 1] = decode_half<D>(w[j] >> 16);
-    }
-  }
-}
-
-template <DType D>
-__device__ __forceinline__ float load_one(const void* row, int32_t t) {
-  if constexpr (D == DType::kF32) return __ldcs(static_cast<const float*>(row) + t);
-  else return decode_half<D>(__ldcs(static_cast<const unsigned short*>(row) + t));
-}
-
-// This thread's logits straight from global memory (16-byte streaming loads where the row is
-// aligned), -inf past V; NaN is kept for the caller to flag.
-template <DType D>
-__device__ __forceinline__ void load_lane(const void* row, int32_t warp_base, int32_t V, float (&x)[kLaneTokens]) {
-  using L = LaneLayout<D>;
+__device__ __forceinline__ void read_group(const StepSlot<D>& slot, int g, float (&x)[kGroupTokens]) {
+  using L = StepLayout<D>;
   const int lane = threadIdx.x & 31;
-  const bool vec_ok = (reinterpret_cast<uintptr_t>(row) & 15) == 0;
 #pragma unroll
-  for (int c = 0; c < L::kLoads; ++c) {
-    const int32_t t0 = L::token(warp_base, lane, c * L::kWidth);
-    if (vec_ok && t0 + L::kWidth <= V) {
-      decode_vector<D>(__ldcs(reinterpret_cast<const uint4*>(static_cast<const char*>(row) + static_cast<int64_t>(t0) * L::kElem)),
-                       x + c * L::kWidth);
-    } else {
+  for (int c = 0; c < L::kGroupLoads; ++c) {
+    const uint4 q = slot.v[g * L::kGroupLoads + c][lane];
+    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
-      for (int j = 0; j < L::kWidth; ++j) x[c * L::kWidth + j] = t0 + j < V ? load_one<D>(row, t0 + j) : -INFINITY;
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (D == DType::kF32) {
+        x[c * 4 + j] = __uint_as_float(w[j]);
+      } else {
+        x[c * 8 + 2 * j] = decode_half<D>(w[j] & 0xFFFFu);
+        x[c * 8 + 2 * j + 1] = decode_half<D>(w[j] >> 16);
+      }
     }
   }
+}
+
+// The bits of a warp-wide bitmap word set (lane l holds word l of a group) that belong to this lane's
+// 32 registers: bit i for register i.
+template <DType D>
+__device__ __forceinline__ uint32_t lane_bits(uint32_t warp_word) {
+  using L = StepLayout<D>;
+  const int lane = threadIdx.x & 31;
+  uint32_t out = 0;
+#pragma unroll
+  for (int c = 0; c < L::kGroupLoads; ++c) {
+    // Load c of the lane covers tokens (c * 32 + lane) * kWidth + [0, kWidth) of the group.
+    const uint32_t w = __shfl_sync(0xFFFFFFFFu, warp_word, (c * 32 * L::kWidth + lane * L::kWidth) / 32);
+    const uint32_t bits = (w >> ((lane * L::kWidth) % 32)) & ((1u << L::kWidth) - 1u);
+    out |= bits << (c * L::kWidth);
+  }
+  return out;
 }
 
 }  // namespace sonic::cuda

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "cuda/row_job.cuh"
-#include "cuda/stage1_tile.cuh"
+#include "cuda/stage1_chunk.cuh"
 #include "cuda/stage2_row.cuh"
 
 namespace sonic::cuda {

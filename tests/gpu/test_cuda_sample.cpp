@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <utility>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -260,12 +263,10 @@ std::string case_name(const ::testing::TestParamInfo<AgreementCase>& info) {
   return "V" + std::to_string(info.param.V) + "_" + kDtype[static_cast<int>(info.param.dtype)];
 }
 
-class CudaAgreement : public ::testing::TestWithParam<AgreementCase> {};
-
-TEST_P(CudaAgreement, MatchesReferenceTokenForToken) {
-  const AgreementCase c = GetParam();
-  std::mt19937_64 rng(1234 + c.V + 7 * static_cast<int>(c.dtype));
-  const int32_t R = 16;
+// Samples `steps` calls of one random batch of R rows on both backends and compares them; the
+// emitted tokens feed the next call's penalties. Returns {rows compared, near-tie disagreements}.
+std::pair<int, int> agreement_run(const AgreementCase& c, int32_t R, int steps, uint64_t seed) {
+  std::mt19937_64 rng(seed);
   const Batch b = random_batch(rng, c.V, R, c.dtype, kTopN, /*with_bitmask=*/true);
   sonic::Sampler cpu(make_config(sonic::Backend::kCpu, c.V, R));
   sonic::Sampler gpu(make_config(sonic::Backend::kCuda, c.V, R));
@@ -283,8 +284,8 @@ TEST_P(CudaAgreement, MatchesReferenceTokenForToken) {
   for (int32_t r = 0; r < R; ++r) states[r] = RowState{&b.params[r], b.prompts[r], {}, 0};
   sonic::CallOptions no_append;
   no_append.append_to_history = false;  // both take the CPU's tokens, so histories stay equal
-  for (int step = 0; step < 9; ++step) {  // the emitted tokens feed the next step's penalties
-    const Outputs what = asked[step / 3];
+  for (int step = 0; step < steps; ++step) {
+    const Outputs what = asked[step * 3 / steps];
     for (int32_t r = 0; r < R; ++r) states[r].step = cpu.step(slots[r]);
     const HostOutputs hc = run(cpu, b, slots, modes[step % 3], no_append, what);
     const HostOutputs hg = run(gpu, b, slots, modes[step % 3], no_append, what);
@@ -296,10 +297,37 @@ TEST_P(CudaAgreement, MatchesReferenceTokenForToken) {
         states[r].output.push_back(hc.tokens[r]);
       }
     compared += R;
-    for (int32_t r = 0; r < R; ++r) ASSERT_EQ(cpu.step(slots[r]), gpu.step(slots[r]));
+    for (int32_t r = 0; r < R; ++r) EXPECT_EQ(cpu.step(slots[r]), gpu.step(slots[r]));
   }
+  return {compared, near_ties};
+}
+
+class CudaAgreement : public ::testing::TestWithParam<AgreementCase> {};
+
+TEST_P(CudaAgreement, MatchesReferenceTokenForToken) {
+  const AgreementCase c = GetParam();
+  const auto [compared, near_ties] = agreement_run(c, 16, 9, 1234 + c.V + 7 * static_cast<int>(c.dtype));
   std::printf("V=%d dtype=%d: %d rows compared, %d near-tie disagreements\n", c.V, static_cast<int>(c.dtype),
               compared, near_ties);
+  EXPECT_LE(near_ties, compared / 20);
+}
+
+// The fast kernel streams chunks of tiles whose size depends on the grid (and can be forced for
+// experiments): tokens must not. Small batches use a tile a chunk, so force larger chunks here, and
+// run one batch large enough to get them by default.
+TEST(CudaChunking, AgreesAtEveryChunkSize) {
+  for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16})
+    for (const int per_chunk : {2, 7, 16}) {
+      SCOPED_TRACE("tiles a chunk " + std::to_string(per_chunk));
+      ASSERT_EQ(setenv("SONIC_CUDA_TILES_PER_CHUNK", std::to_string(per_chunk).c_str(), 1), 0);
+      const auto [compared, near_ties] = agreement_run(AgreementCase{151936, dtype}, 16, 3, 77 + per_chunk);
+      unsetenv("SONIC_CUDA_TILES_PER_CHUNK");
+      std::printf("chunking %d tiles, dtype=%d: %d rows compared, %d near-tie disagreements\n", per_chunk,
+                  static_cast<int>(dtype), compared, near_ties);
+      EXPECT_LE(near_ties, compared / 20);
+    }
+  const auto [compared, near_ties] = agreement_run(AgreementCase{151936, sonic::DType::kF32}, 200, 2, 4242);
+  std::printf("200 rows, default chunking: %d rows compared, %d near-tie disagreements\n", compared, near_ties);
   EXPECT_LE(near_ties, compared / 20);
 }
 

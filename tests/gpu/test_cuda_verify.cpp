@@ -105,12 +105,13 @@ SamplerConfig config(Backend backend, int32_t V, int32_t B, int32_t rows) {
 }
 
 struct Result {
-  std::vector<int32_t> tokens, accepted, status;
-  std::vector<float> logprob;
+  std::vector<int32_t> tokens, accepted, status, rank, top_ids;
+  std::vector<float> logprob, top_logprobs;
 };
 
 // One call on either backend; host vectors in and out (uploaded for CUDA).
-Result run(Sampler& s, const VerifyCase& c, sonic::LogprobMode mode) {
+// top_stride > 0 also asks for ranks and top-N logprobs.
+Result run(Sampler& s, const VerifyCase& c, sonic::LogprobMode mode, int32_t top_stride = 0) {
   const int32_t B = static_cast<int32_t>(c.params.size()), rows = c.rows.rows, W = kMaxDrafts + 1;
   const int32_t V = c.rows.V;
   const bool gpu = s.backend() == Backend::kCuda;
@@ -131,6 +132,9 @@ Result run(Sampler& s, const VerifyCase& c, sonic::LogprobMode mode) {
   res.accepted.assign(B, -7);
   res.status.assign(rows, -7);
   res.logprob.assign(static_cast<size_t>(B) * W, 0.0f);
+  res.rank.assign(static_cast<size_t>(B) * W, -7);
+  res.top_ids.assign(static_cast<size_t>(B) * W * std::max(top_stride, 1), -7);
+  res.top_logprobs.assign(res.top_ids.size(), 0.0f);
   auto dev = [&](const void* host, size_t bytes, std::vector<std::unique_ptr<DeviceBuffer<char>>>& keep) -> void* {
     if (!gpu || host == nullptr) return const_cast<void*>(host);
     keep.push_back(std::make_unique<DeviceBuffer<char>>(bytes));
@@ -163,6 +167,12 @@ Result run(Sampler& s, const VerifyCase& c, sonic::LogprobMode mode) {
   out.num_accepted = static_cast<int32_t*>(dev(res.accepted.data(), res.accepted.size() * 4, keep));
   out.status = static_cast<int32_t*>(dev(res.status.data(), res.status.size() * 4, keep));
   out.logprob = static_cast<float*>(dev(res.logprob.data(), res.logprob.size() * 4, keep));
+  if (top_stride > 0) {
+    out.rank = static_cast<int32_t*>(dev(res.rank.data(), res.rank.size() * 4, keep));
+    out.top_ids = static_cast<int32_t*>(dev(res.top_ids.data(), res.top_ids.size() * 4, keep));
+    out.top_logprobs = static_cast<float*>(dev(res.top_logprobs.data(), res.top_logprobs.size() * 4, keep));
+    out.top_stride = top_stride;
+  }
   CallOptions opt;
   opt.logprob_mode = mode;
   s.verify(LogitsView{x, c.rows.dtype, rows, c.rows.cols, c.rows.cols}, in, bm, out, opt);
@@ -172,6 +182,11 @@ Result run(Sampler& s, const VerifyCase& c, sonic::LogprobMode mode) {
     cudaMemcpy(res.accepted.data(), out.num_accepted, res.accepted.size() * 4, cudaMemcpyDeviceToHost);
     cudaMemcpy(res.status.data(), out.status, res.status.size() * 4, cudaMemcpyDeviceToHost);
     cudaMemcpy(res.logprob.data(), out.logprob, res.logprob.size() * 4, cudaMemcpyDeviceToHost);
+    if (top_stride > 0) {
+      cudaMemcpy(res.rank.data(), out.rank, res.rank.size() * 4, cudaMemcpyDeviceToHost);
+      cudaMemcpy(res.top_ids.data(), out.top_ids, res.top_ids.size() * 4, cudaMemcpyDeviceToHost);
+      cudaMemcpy(res.top_logprobs.data(), out.top_logprobs, res.top_logprobs.size() * 4, cudaMemcpyDeviceToHost);
+    }
   }
   return res;
 }
@@ -227,6 +242,45 @@ TEST_P(CudaVerify, MatchesReferenceTokenForToken) {
   std::printf("verify V=%d dtype=%d: %d requests compared, %d disagreements\n", shape.V, static_cast<int>(shape.dtype),
               requests, disagreements);
   EXPECT_EQ(disagreements, 0);
+}
+
+// Ranks and top-N logprobs of the emitted tokens (the exact path computes them per target row and
+// the commit places them per request): equal to the reference wherever the tokens are.
+TEST(CudaVerifyLogprobs, RanksAndTopNMatchReference) {
+  std::mt19937_64 rng(515);
+  const int32_t V = 3000, B = 12, kTop = 4;
+  int compared = 0;
+  for (int round = 0; round < 3; ++round) {
+    VerifyCase c = make_case(rng, V, B, DType::kF32);
+    for (int32_t b = 0; b < B; ++b) c.params[b].top_logprobs = static_cast<int32_t>(rng() % (kTop + 1));
+    SamplerConfig gc = config(Backend::kCuda, V, B, c.rows.rows), cc = config(Backend::kCpu, V, B, c.rows.rows);
+    gc.max_top_logprobs = cc.max_top_logprobs = kTop;
+    Sampler gpu(gc), cpu(cc);
+    for (int32_t b = 0; b < B; ++b) {
+      gpu.admit(b, c.params[b], c.prompts[b].data(), static_cast<int64_t>(c.prompts[b].size()));
+      cpu.admit(b, c.params[b], c.prompts[b].data(), static_cast<int64_t>(c.prompts[b].size()));
+    }
+    const sonic::LogprobMode mode = static_cast<sonic::LogprobMode>(round % 3);
+    const Result g = run(gpu, c, mode, kTop), want = run(cpu, c, mode, kTop);
+    const int32_t W = kMaxDrafts + 1;
+    for (int32_t b = 0; b < B; ++b) {
+      if (g.accepted[b] != want.accepted[b]) continue;  // a near-tie: the verify tests count those
+      for (int32_t i = 0; i < W; ++i) {
+        const int32_t at = b * W + i;
+        if (g.tokens[at] != want.tokens[at]) continue;
+        ++compared;
+        EXPECT_EQ(g.rank[at], want.rank[at]) << "request " << b << " position " << i;
+        for (int32_t k = 0; k < kTop; ++k) {
+          EXPECT_EQ(g.top_ids[at * kTop + k], want.top_ids[at * kTop + k]) << "request " << b << " position " << i;
+          const float x = g.top_logprobs[at * kTop + k], y = want.top_logprobs[at * kTop + k];
+          EXPECT_TRUE(x == y || std::fabs(x - y) <= 2e-3f * std::max(1.0f, std::fabs(y)))
+              << "request " << b << " position " << i << " top " << k << ": " << x << " vs " << y;
+        }
+      }
+    }
+  }
+  std::printf("verify ranks and top-N: %d positions compared\n", compared);
+  EXPECT_GT(compared, 3 * 12);
 }
 
 // A verification call's device inputs and outputs that outlive the call, as a captured graph needs:

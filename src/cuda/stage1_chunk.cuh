@@ -1,0 +1,528 @@
+// Stage 1 of the fast path for one (chunk, row): the block streams the chunk's tiles, each warp its
+// own steps (tile_loader.cuh), with the next steps in flight into shared memory while it screens the
+// current one.
+// Per group of 32 tokens of a lane, with no block barrier:
+//   - the logits after SPEC.md section 2 steps 1-4 (x): the bitmask and the row's bans as bit tests,
+//     and the whole rule (token_rules.hpp through RowPrologue::rules) only for the few tokens that a
+//     list names, that the history holds or that an earlier draft of the step is ("special" tokens);
+//   - truncated random rows: the group's three largest keys and a bound just above its fourth
+//     value; the warp appends the keys at or above its running bound (the largest of its groups'
+//     bounds) to the chunk's candidates, so every token left out lies below it. A row's kept set
+//     escapes the candidates only when four of its tokens share a group: about 2e-6 of rows for
+//     top-k 50 on i.i.d. logits. Temperature divides every x by the same T > 0, which keeps their
+//     order, so the screen works on x and stage 2 divides only the keys it keeps;
+//   - untruncated random rows: the Gumbel-max winner (fast fp32 noise, SPEC.md section 4);
+//   - the largest key, the valid count, NaN, and sums of exp where the row needs them.
+// Then the block writes the chunk's TileStat; the last chunk of a row to finish runs stage 2.
+#pragma once
+
+#include "common/random.hpp"
+#include "common/token_rules.hpp"
+#include "cuda/arg_max.cuh"
+#include "cuda/prologue.cuh"
+#include "cuda/row_job.cuh"
+#include "cuda/tile_loader.cuh"
+
+namespace sonic::cuda {
+
+// What a row needs from the fast path, fixed before the tokens (uniform over the row).
+struct RowKind {
+  bool truncated;    // random with min-p, top-k or top-p
+  bool untruncated;  // random without any of them
+  bool need_sum;     // sum of exp((x - max) / T) over the row: top-p mass on all tokens, logprobs
+  bool need_raw;     // raw logprob mode: max and sum of exp over the input logits
+  float inv_t;       // 1 / T for the sums (greedy rows: T = 1)
+};
+
+__device__ __forceinline__ RowKind row_kind(const RowPrologue& pro, const RowJob& job, int32_t V) {
+  const SlotParams& p = pro.p;
+  const bool top_k_on = p.top_k > 0 && p.top_k < V;
+  RowKind k;
+  k.truncated = !pro.greedy && (top_k_on || p.top_p < 1.0f || p.min_p > 0.0f);
+  k.untruncated = !pro.greedy && !k.truncated;
+  const bool want_lp = job.out.logprob != nullptr;
+  k.need_sum = (k.truncated && p.top_p < 1.0f && ((p.flags & kSlotTopPJoint) || (!top_k_on && p.min_p <= 0.0f))) ||
+               (want_lp && job.mode != LogprobMode::kRaw);
+  k.need_raw = want_lp && job.mode == LogprobMode::kRaw;
+  k.inv_t = pro.greedy ? 1.0f : 1.0f / p.temperature;
+  return k;
+}
+
+__device__ __forceinline__ unsigned long long warp_max_u64(unsigned long long v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+  return v;
+}
+__device__ __forceinline__ uint32_t warp_max_u32(uint32_t v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+  return v;
+}
+__device__ __forceinline__ float warp_max_f32(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+  return v;
+}
+__device__ __forceinline__ float warp_sum_f32(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  return v;
+}
+__device__ __forceinline__ int warp_sum_i32(int v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  return v;
+}
+__device__ __forceinline__ ArgMaxF warp_best(ArgMaxF v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const ArgMaxF w{__shfl_xor_sync(0xFFFFFFFFu, v.score, o), __shfl_xor_sync(0xFFFFFFFFu, v.token, o)};
+    v = better(v, w);
+  }
+  return v;
+}
+
+// A running sum of exp((x - max) * inv_t) with its running maximum, rescaled when the maximum grows.
+// Only finite maxima carry a sum (a row with a +inf or no finite maximum never uses it).
+struct ExpSum {
+  float max = -INFINITY;
+  float sum = 0.0f;
+  __device__ __forceinline__ bool rebase(float m, float inv_t) {  // true when the sum may be added to
+    if (m > max) {
+      if (max > -INFINITY && max < INFINITY) sum *= __expf((max - m) * inv_t);
+      max = m;
+    }
+    return max > -INFINITY && max < INFINITY;
+  }
+  // Combines the 32 lanes' sums into a warp's (every lane gets it).
+  __device__ __forceinline__ ExpSum warp_combine(float inv_t) const {
+    ExpSum w;
+    w.max = warp_max_f32(max);
+    const float part = (max > -INFINITY && w.max < INFINITY) ? sum * __expf((max - w.max) * inv_t) : 0.0f;
+    w.sum = warp_sum_f32(part);
+    return w;
+  }
+};
+
+// A lane's running state over the groups of its chunk.
+struct LaneScreen {
+  unsigned long long max_key = 0;  // largest key of x (0: no valid token yet)
+  float max_x = -INFINITY;         // its value
+  uint32_t bound_hi = 0;           // truncated rows: the warp's running bound (high word of the key)
+  int valid = 0;
+  bool nan = false;
+  ExpSum sum;                      // need_sum, over x
+  ExpSum raw;                      // need_raw, over the input logits
+  ArgMaxF win{0.0f, -1};           // untruncated rows
+};
+
+// One warp's results, combined by the block into its TileStat.
+struct WarpSummary {
+  unsigned long long max_key;
+  unsigned long long bound;
+  float sum_max, sum;
+  float raw_max, raw_sum;
+  ArgMaxF win;
+  int32_t valid;
+  int32_t nan;
+};
+
+struct Stage1Shared {
+  WarpSummary warp[kFastWarps];
+  int32_t count;  // candidates appended by the chunk
+};
+
+// Keys at or above a bound: the 0 key (no token) never is.
+__device__ __forceinline__ bool kept_by(unsigned long long key, unsigned long long bound) {
+  return key != 0 && key >= bound;
+}
+
+// The tokens of a warp's groups that need the whole rule (listed, or drafted earlier in a
+// verification step), found by walking the slot's sorted token list with a warp-uniform cursor as
+// the warp's groups advance through the vocabulary.
+struct SpecialTokens {
+  const int32_t* list = nullptr;  // the slot's sorted list, or null
+  int32_t count = 0;
+  int32_t at = 0;                 // first entry not yet behind the current group
+  int32_t next = 0x7FFFFFFF;      // list[at], or INT_MAX past the end
+  const int32_t* drafts = nullptr;
+  int32_t n_drafts = 0;
+
+  __device__ void init(const SlotTableView& tab, const RowPrologue& pro, int32_t first_token) {
+    if (pro.p.list_count > 0) {
+      list = tab.list_token + static_cast<int64_t>(pro.slot) * tab.list_capacity;
+      count = pro.p.list_count;
+      int32_t lo = 0, hi = count;  // first entry >= first_token
+      while (lo < hi) {
+        const int32_t mid = (lo + hi) >> 1;
+        if (list[mid] < first_token) lo = mid + 1; else hi = mid;
+      }
+      at = lo;
+      next = at < count ? list[at] : 0x7FFFFFFF;
+    }
+    if (pro.penalised && pro.n_prev > 0) {
+      drafts = pro.prev_drafts;
+      n_drafts = pro.n_prev;
+    }
+  }
+
+  // This lane's special registers (bit i: register i) in the group of 32 * 32 tokens from `base`.
+  template <DType D>
+  __device__ __forceinline__ uint32_t mark(int32_t base, int32_t V) {
+    using L = StepLayout<D>;
+    const int lane = threadIdx.x & 31;
+    const int32_t end = base + 32 * kGroupTokens;
+    uint32_t bits = 0;
+    auto own = [&](int32_t t) {
+      const int32_t rel = t - base;
+      const int32_t owner = (rel % (32 * L::kWidth)) / L::kWidth;
+      const int reg = (rel / (32 * L::kWidth)) * L::kWidth + rel % L::kWidth;
+      if (lane == owner) bits |= 1u << reg;
+    };
+    while (next < end) {  // entries below `base` belong to other warps' groups
+      if (next >= base) own(next);
+      ++at;
+      next = at < count ? __ldg(list + at) : 0x7FFFFFFF;
+    }
+    for (int32_t i = 0; i < n_drafts; ++i) {
+      const int32_t t = __ldg(drafts + i);
+      if (t >= base && t < end && t < V) own(t);  // drafts are checked in stage 2: skip bad ids
+    }
+    return bits;
+  }
+};
+
+// Everything about the row that the screen of every group reads.
+struct ScreenContext {
+  const RowJob* job;
+  const RowPrologue* pro;
+  const RowKind* kind;
+  unsigned long long* list;  // the chunk's candidate region
+  int32_t* count;            // shared: candidates appended so far
+};
+
+// Steps 1-4 on one group of a lane (x: the input logits of its 32 registers; mask_word, seen_word:
+// the lane's words of the group's bitmaps). Tokens that no list names and that are neither in the
+// history nor drafted only need the bitmask and the allowed-list test; the others ("special") take
+// the whole rule, one at a time, with the parameters read afresh (a rare path that should hold no
+// registers across the screen).
+template <DType D>
+__device__ __forceinline__ void apply_rules(const ScreenContext& c, uint32_t mask_word, uint32_t seen_word,
+                                            int32_t base, SpecialTokens& special_tokens, float (&x)[kGroupTokens]) {
+  const RowPrologue& pro = *c.pro;
+  const SlotTableView& tab = c.job->table;
+  const int lane = threadIdx.x & 31;
+  uint32_t allow = pro.mask ? lane_bits<D>(mask_word) : 0xFFFFFFFFu;
+  if (pro.p.flags & kSlotHasAllowed) allow = 0;  // the allowed tokens are all listed, hence special
+  uint32_t special = pro.penalised ? lane_bits<D>(seen_word) : 0u;
+  special |= special_tokens.template mark<D>(base, tab.vocab_size);
+#pragma unroll
+  for (int i = 0; i < kGroupTokens; ++i)
+    if (!((special >> i) & 1u) && !((allow >> i) & 1u)) x[i] = -INFINITY;
+  while (special) {
+    const int i = __ffs(special) - 1;
+    special &= special - 1;
+    float xi = x[0];
+#pragma unroll
+    for (int j = 1; j < kGroupTokens; ++j) xi = j == i ? x[j] : xi;
+    const int32_t t = StepLayout<D>::token(base, lane, i);
+    const SlotParams p = load_params(tab.params + pro.slot);
+    xi = RowPrologue::token_rules(tab, p, pro.slot, pro.mask, special_tokens.drafts, special_tokens.n_drafts, t, xi);
+#pragma unroll
+    for (int j = 0; j < kGroupTokens; ++j) x[j] = j == i ? xi : x[j];
+  }
+}
+
+// Appends the warp's keys at or above its running bound to the chunk's candidates.
+__device__ __forceinline__ void append_candidates(const ScreenContext& c, uint32_t bound_hi, unsigned long long k1,
+                                                  unsigned long long k2, unsigned long long k3) {
+  const int lane = threadIdx.x & 31;
+  const unsigned long long bound = static_cast<unsigned long long>(bound_hi) << 32;
+  const bool c1 = kept_by(k1, bound), c2 = kept_by(k2, bound), c3 = kept_by(k3, bound);
+  const unsigned b1 = __ballot_sync(0xFFFFFFFFu, c1), b2 = __ballot_sync(0xFFFFFFFFu, c2),
+                 b3 = __ballot_sync(0xFFFFFFFFu, c3);
+  const int n = __popc(b1) + __popc(b2) + __popc(b3);
+  if (n == 0) return;
+  int at = 0;
+  if (lane == 0) at = atomicAdd(c.count, n);
+  at = __shfl_sync(0xFFFFFFFFu, at, 0);
+  const unsigned below = (1u << lane) - 1u;
+  if (c1) c.list[at + __popc(b1 & below)] = k1;
+  if (c2) c.list[at + __popc(b1) + __popc(b2 & below)] = k2;
+  if (c3) c.list[at + __popc(b1) + __popc(b2) + __popc(b3 & below)] = k3;
+}
+
+// Screens group g of a step (its slot in shared memory): the rules, then what the row kind needs,
+// into the lane's state.
+template <DType D>
+__device__ __forceinline__ void screen_group(const ScreenContext& c, const StepSlot<D>& slot, int g, int32_t base,
+                                             SpecialTokens& special_tokens, LaneScreen& acc) {
+  using L = StepLayout<D>;
+  const RowPrologue& pro = *c.pro;
+  const RowKind& k = *c.kind;
+  const int lane = threadIdx.x & 31;
+  auto token = [&](int i) { return L::token(base, lane, i); };
+  float x[kGroupTokens];
+  read_group<D>(slot, g, x);
+  // NaN stays in x: every comparison below is false for it (never valid, never a candidate), the
+  // rules turn it into -inf, and the sums skip it.
+  bool clean = true;  // no NaN, no -inf: the common case needs no count
+#pragma unroll
+  for (int i = 0; i < kGroupTokens; ++i) clean &= x[i] > -INFINITY;
+  if (!clean) {
+    bool nan = false;
+#pragma unroll
+    for (int i = 0; i < kGroupTokens; ++i) nan |= detail::is_nan(x[i]);
+    acc.nan |= nan;
+  }
+  if (k.need_raw) {  // the input logits, before any rule
+    float m = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kGroupTokens; ++i) m = fmaxf(m, x[i]);
+    if (acc.raw.rebase(m, 1.0f)) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kGroupTokens; ++i) sum += x[i] > -INFINITY ? __expf(x[i] - acc.raw.max) : 0.0f;
+      acc.raw.sum += sum;
+    }
+  }
+  if (pro.has_rules) apply_rules<D>(c, slot.mask[g][lane], slot.seen[g][lane], base, special_tokens, x);
+  if (pro.has_rules || !clean) {
+    int valid = 0;
+#pragma unroll
+    for (int i = 0; i < kGroupTokens; ++i) valid += x[i] > -INFINITY;
+    acc.valid += valid;
+  } else {
+    acc.valid += kGroupTokens;
+  }
+
+  // The group's largest value; for truncated rows also its second and third, and a bound above its
+  // fourth value: the lane keeps three candidates, and everything else of the group lies below.
+  float v1 = -INFINITY, v2 = -INFINITY, v3 = -INFINITY, v4 = -INFINITY;
+  int i1 = 0, i2 = 0, i3 = 0;
+  if (k.truncated) {
+    // Registers come in increasing token order, so strict comparisons keep the lower id on ties.
+#pragma unroll
+    for (int i = 0; i < kGroupTokens; ++i) {
+      const float v = x[i];
+      const bool p1 = v > v1, p2 = v > v2, p3 = v > v3, p4 = v > v4;
+      v4 = p3 ? v3 : (p4 ? v : v4);
+      v3 = p2 ? v2 : (p3 ? v : v3);
+      i3 = p2 ? i2 : (p3 ? i : i3);
+      v2 = p1 ? v1 : (p2 ? v : v2);
+      i2 = p1 ? i1 : (p2 ? i : i2);
+      v1 = p1 ? v : v1;
+      i1 = p1 ? i : i1;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kGroupTokens; ++i)
+      if (x[i] > v1) {
+        v1 = x[i];
+        i1 = i;
+      }
+  }
+  const unsigned long long k1 = v1 > -INFINITY ? detail::pack_key(v1, token(i1)) : 0ull;
+  if (k1 > acc.max_key) {
+    acc.max_key = k1;
+    acc.max_x = v1;
+  }
+  if (k.truncated) {
+    // The smallest key whose value exceeds v4 (the fourth value and any tie of it lie below).
+    const uint32_t lane_bound = v4 > -INFINITY ? detail::order_bits(v4) + 1u : 0u;
+    acc.bound_hi = max(acc.bound_hi, warp_max_u32(lane_bound));
+    const unsigned long long k2 = v2 > -INFINITY ? detail::pack_key(v2, token(i2)) : 0ull;
+    const unsigned long long k3 = v3 > -INFINITY ? detail::pack_key(v3, token(i3)) : 0ull;
+    append_candidates(c, acc.bound_hi, k1, k2, k3);
+  }
+
+  if (k.need_sum && acc.sum.rebase(v1, k.inv_t)) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kGroupTokens; ++i) sum += x[i] > -INFINITY ? __expf((x[i] - acc.sum.max) * k.inv_t) : 0.0f;
+    acc.sum.sum += sum;
+  }
+
+  if (k.untruncated && acc.max_x > -INFINITY && acc.max_x < INFINITY) {
+    // Gumbel-max over the tokens within reach of the lane's maximum so far: one Philox block a group
+    // of 4 consecutive ids (counter t / 4). G lies in [-2.812, 22.874], so a token more than 25.7
+    // below a token already seen never wins.
+    // The noise's parameters through the read-only path: reloaded here rather than held in registers.
+    const SlotTableView& tab = c.job->table;
+    const float T = __ldg(&tab.params[pro.slot].temperature);
+    const uint64_t seed = __ldg(reinterpret_cast<const unsigned long long*>(&tab.params[pro.slot].seed));
+    const uint64_t step = __ldg(reinterpret_cast<const unsigned long long*>(tab.step + pro.slot));
+    const float reach = detail::apply_temperature(acc.max_x, T) - 25.7f;
+    const uint32_t purpose = detail::purpose(detail::Draw::kSampling, pro.position);
+    // Not unrolled (Philox per block of 4 would otherwise be interleaved eightfold, in registers the
+    // screen needs): the block's values rotate into x[0..3], which the loop consumes.
+#pragma unroll 1
+    for (int q = 0; q < kGroupTokens / 4; ++q) {
+      float z[4];
+      bool any = false;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        z[j] = detail::apply_temperature(x[j], T);
+        any |= z[j] >= reach;
+      }
+#pragma unroll
+      for (int i = 0; i + 4 < kGroupTokens; ++i) x[i] = x[i + 4];
+      if (!any) continue;
+      const int32_t t0 = token(4 * q);
+      const detail::Philox4 words = detail::random_block(seed, step, purpose, static_cast<uint32_t>(t0) >> 2);
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (z[j] >= reach)
+          acc.win = better(acc.win, ArgMaxF{z[j] + detail::gumbel_from_uniform_fast(detail::uniform_from_word(words.v[j])), t0 + j});
+    }
+  }
+}
+
+// The warp's state at the end of its chunk, reduced over its lanes (every lane gets it).
+__device__ __forceinline__ WarpSummary summarise_warp(const RowKind& k, const LaneScreen& acc) {
+  WarpSummary s;
+  s.max_key = warp_max_u64(acc.max_key);
+  s.bound = static_cast<unsigned long long>(acc.bound_hi) << 32;
+  s.valid = warp_sum_i32(acc.valid);
+  s.nan = __any_sync(0xFFFFFFFFu, acc.nan);
+  const ExpSum sum = k.need_sum ? acc.sum.warp_combine(k.inv_t) : ExpSum{};
+  const ExpSum raw = k.need_raw ? acc.raw.warp_combine(1.0f) : ExpSum{};
+  s.sum_max = sum.max;
+  s.sum = sum.sum;
+  s.raw_max = raw.max;
+  s.raw_sum = raw.sum;
+  s.win = k.untruncated ? warp_best(acc.win) : ArgMaxF{0.0f, -1};
+  return s;
+}
+
+// The chunk's tiles [first, end) of a row for this kernel's shape.
+struct ChunkRange {
+  int32_t first, end;
+};
+__device__ __forceinline__ ChunkRange chunk_range(const FastScratch& f, int32_t chunk) {
+  const int32_t first = chunk * f.tiles_per_chunk;
+  return ChunkRange{first, min(first + f.tiles_per_chunk, f.tiles)};
+}
+template <DType D>
+__device__ __forceinline__ int32_t warp_step_base(int32_t tile) {
+  return tile * tile_tokens(D) + (threadIdx.x >> 5) * StepLayout<D>::kStepTokens;
+}
+// The warp's shared-memory slot for its step i (of kFastStages, reused in turn).
+template <DType D>
+__device__ __forceinline__ StepSlot<D>& warp_slot(StepSlot<D>* slots, int32_t i) {
+  return slots[(i % kFastStages) * kFastWarps + (threadIdx.x >> 5)];
+}
+
+// Starts the copies of the chunk's first kFastStages - 1 steps of logits (one commit group each, empty
+// past the chunk), before the row's request is read.
+template <DType D>
+__device__ __forceinline__ void start_chunk(const RowJob& job, int32_t chunk, const void* row, bool vec_ok,
+                                            StepSlot<D>* slots) {
+  const ChunkRange cr = chunk_range(job.fast, chunk);
+#pragma unroll
+  for (int i = 0; i < kFastStages - 1; ++i) {
+    if (cr.first + i < cr.end) issue_logits<D>(row, vec_ok, warp_step_base<D>(cr.first + i), job.table.vocab_size, warp_slot(slots, i));
+    copy_async_commit();
+  }
+}
+
+// Stage 1 for chunk `chunk` of row r, whose first steps start_chunk issued. Returns true (in every
+// thread) in the row's last block to finish.
+template <DType D>
+__device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_t slot, const RowPrologue& pro,
+                             const RowKind& k, const void* row, bool vec_ok, StepSlot<D>* slots, Stage1Shared& sh,
+                             int* last_flag) {
+  constexpr int kAhead = kFastStages - 1;  // steps in flight while one is screened
+  const FastScratch& f = job.fast;
+  const SlotTableView& tab = job.table;
+  const int32_t V = tab.vocab_size;
+  const int warp = threadIdx.x >> 5;
+  const ChunkRange cr = chunk_range(f, chunk);
+  const int32_t steps = cr.end - cr.first;
+  const uint32_t* mask_row = reinterpret_cast<const uint32_t*>(pro.mask);
+  const uint32_t* seen_row = pro.penalised ? tab.hist_bits + static_cast<int64_t>(slot) * tab.words : nullptr;
+  if (threadIdx.x == 0) sh.count = 0;
+  // The first steps' logits are in flight; their bitmap words follow now that the request is known
+  // (plain loads: they belong to no commit group).
+  const bool bitmaps = mask_row || seen_row;
+  if (bitmaps) {
+    for (int32_t i = 0; i < kAhead && i < steps; ++i)
+      issue_bitmaps<D, false>(warp_step_base<D>(cr.first + i), mask_row, seen_row, tab.words, warp_slot(slots, i));
+  } else {  // every slot keeps the defaults
+#pragma unroll
+    for (int i = 0; i < kFastStages; ++i) issue_bitmaps<D, false>(0, nullptr, nullptr, 0, warp_slot(slots, i));
+  }
+  ScreenContext c;
+  c.job = &job;
+  c.pro = &pro;
+  c.kind = &k;
+  c.list = f.cands + static_cast<int64_t>(r) * f.cand_stride + static_cast<int64_t>(chunk) * f.chunk_capacity;
+  c.count = &sh.count;
+  SpecialTokens special;
+  if (pro.has_rules) special.init(tab, pro, warp_step_base<D>(cr.first));
+  LaneScreen acc;
+  __syncthreads();  // sh.count
+  for (int32_t i = 0; i < steps; ++i) {
+    copy_async_wait<kAhead - 1>();  // step i has landed (kAhead + i groups committed so far)
+    const int32_t ahead = i + kAhead;
+    if (ahead < steps) {  // into the slot that step i - 1 used
+      StepSlot<D>& next = warp_slot(slots, ahead);
+      issue_logits<D>(row, vec_ok, warp_step_base<D>(cr.first + ahead), V, next);
+      if (bitmaps) issue_bitmaps<D, true>(warp_step_base<D>(cr.first + ahead), mask_row, seen_row, tab.words, next);
+    }
+    copy_async_commit();
+    const StepSlot<D>& cur = warp_slot(slots, i);
+#pragma unroll
+    for (int g = 0; g < StepLayout<D>::kGroups; ++g)
+      screen_group<D>(c, cur, g, warp_step_base<D>(cr.first + i) + g * 32 * kGroupTokens, special, acc);
+  }
+
+  const WarpSummary s = summarise_warp(k, acc);
+  if ((threadIdx.x & 31) == 0) sh.warp[warp] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    TileStat t;
+    t.max_key = 0;
+    t.bound = 0;
+    t.valid = 0;
+    t.nan = 0;
+    t.raw_max = -INFINITY;
+    ArgMaxF win{0.0f, -1};
+#pragma unroll
+    for (int w = 0; w < kFastWarps; ++w) {
+      const WarpSummary& ws = sh.warp[w];
+      t.max_key = max(t.max_key, ws.max_key);
+      t.bound = max(t.bound, ws.bound);
+      t.valid += ws.valid;
+      t.nan |= ws.nan;
+      t.raw_max = fmaxf(t.raw_max, ws.raw_max);
+      win = better(win, ws.win);
+    }
+    // Sums relative to the chunk's maximum x (stage 2 rescales them by the row's).
+    const float tm = t.max_key ? detail::key_value(t.max_key) : -INFINITY;
+    t.sum = 0.0f;
+    t.raw_sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kFastWarps; ++w) {
+      const WarpSummary& ws = sh.warp[w];
+      if (k.need_sum && ws.sum_max > -INFINITY && tm < INFINITY)
+        t.sum += ws.sum * __expf((ws.sum_max - tm) * k.inv_t);
+      if (k.need_raw && ws.raw_max > -INFINITY && t.raw_max < INFINITY)
+        t.raw_sum += ws.raw_sum * __expf(ws.raw_max - t.raw_max);
+    }
+    t.win_score = win.score;
+    t.win_token = win.token;
+    t.count = sh.count;
+    job.fast.stats[static_cast<int64_t>(r) * f.chunks + chunk] = t;
+    // Publish the chunk's candidates (every warp's, ordered before this by the barrier) and its
+    // statistics before counting it as done; the last chunk acquires the others'.
+    __threadfence();
+    const bool last = atomicAdd(f.tiles_done + r, 1) == f.chunks - 1;
+    if (last) __threadfence();
+    *last_flag = last;
+  }
+  __syncthreads();
+  return *last_flag != 0;
+}
+
+}  // namespace sonic::cuda
