@@ -5,7 +5,8 @@
 # size, reuse it). Prints one table; logs come back in $OUT/variant_logs.tgz.
 #   scripts/stage1_variants.sh            (carry .deps)
 # SONIC_VARIANTS (space-separated names) picks some of them; SONIC_VARIANT_BENCH overrides the
-# benchmark's arguments.
+# benchmark's arguments; SONIC_VARIANT_TESTS (a gtest filter) runs those tests on each variant;
+# SONIC_BASE_BUILD names an existing build of the plain flags to reuse (device_check.sh's build-gpu).
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -24,7 +25,7 @@ variants=()
 for v in "${all_variants[@]}"; do
   [[ -z "${SONIC_VARIANTS:-}" || " $SONIC_VARIANTS " == *" ${v%%:*} "* ]] && variants+=("$v")
 done
-build_dir() { local flags=$1; [ -z "$flags" ] && echo build-var-base || echo "build-var-$(echo "$flags" | md5sum | cut -c1-8)"; }
+build_dir() { local flags=$1; [ -z "$flags" ] && echo "${SONIC_BASE_BUILD:-build-var-base}" || echo "build-var-$(echo "$flags" | md5sum | cut -c1-8)"; }
 gtest=()
 [ -d .deps/googletest ] && gtest=(-DSONIC_GTEST_SOURCE_DIR="$PWD/.deps/googletest")
 declare -A builds=()
