@@ -139,13 +139,19 @@ if [[ " $steps " == *" profile "* ]]; then
 fi
 if [[ " $steps " == *" ncu "* ]]; then
   # Why the fast kernel takes what it takes: throughput, occupancy, stall reasons (one launch).
-  ncu --clock-control none -k regex:fast_sample -s 2 -c 1 --section SpeedOfLight --section Occupancy \
-    --section LaunchStats --section WarpStateStats --section SchedulerStats build-gpu/bench/sonic_bench \
-    --out /tmp/ncu_detail.jsonl --B ${SONIC_NCU_B:-512} --V 151936 --dtype fp32 --case ${SONIC_PROFILE_CASE:-homog-peaked} \
-    >"$L/ncu_detail.log" 2>&1
-  echo "-- ncu detail" >>"$OUT/summary.txt"
-  grep -E "Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Block Limit|Stall|Issue Slot|Eligible|Waves|Dynamic Shared|Warp Cycles" \
-    "$L/ncu_detail.log" | head -40 >>"$OUT/summary.txt"
+  # SONIC_NCU_B: batch sizes; SONIC_NCU_ENV: environment for the benchmark (a forced chunk size, say).
+  for b in ${SONIC_NCU_B:-512}; do
+    env ${SONIC_NCU_ENV:-} ncu --clock-control none -k regex:fast_sample -s 2 -c 1 --section SpeedOfLight --section Occupancy \
+      --section LaunchStats --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+      --metrics regex:smsp__pcsamp_warps_issue_stalled_.* \
+      build-gpu/bench/sonic_bench --out /tmp/ncu_detail.jsonl --B $b --V 151936 --dtype ${SONIC_NCU_DTYPE:-fp32} \
+      --case ${SONIC_PROFILE_CASE:-homog-peaked} >"$L/ncu_detail_B$b.log" 2>&1
+    echo "-- ncu detail B=$b ${SONIC_NCU_ENV:-}" >>"$OUT/summary.txt"
+    grep -E "Duration|DRAM Throughput|Memory Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Block Limit|Issue Slot|Eligible|Waves|Warp Cycles|No Eligible|Issued Warp" \
+      "$L/ncu_detail_B$b.log" | head -30 >>"$OUT/summary.txt"
+    # The largest stall reasons (sampled).
+    grep -E "smsp__pcsamp_warps_issue_stalled_" "$L/ncu_detail_B$b.log" | awk '{print $NF, $1}' | sort -rn | head -8 >>"$OUT/summary.txt"
+  done
 fi
 cat "$OUT/summary.txt"
 exit $rc

@@ -50,5 +50,5 @@ for v in "${variants[@]}"; do
     echo "$name: tests rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$L/tests_$name.log" | tr '\n' ' ')"
   fi
   env $env "$dir/bench/sonic_bench" --out "$L/bench_$name.jsonl" $bench_args >"$L/bench_$name.log" 2>&1
-  grep -E "^homog|^hetero" "$L/bench_$name.log" | awk -v n="$name" '{printf "%-9s %-13s %-5s B=%-4s graph %8s us eager %8s us %s\n", n, $1, $2, $4, $5, $6, $9}'
+  grep -E "^homog|^hetero" "$L/bench_$name.log" | awk -v n="$name" '{printf "%-9s %-13s %-5s B=%-4s graph %8s us eager %8s us %s exact rows %s\n", n, $1, $2, $4, $5, $6, $9, $NF}'
 done

@@ -35,6 +35,10 @@ class Sampler {
   void append_output(int32_t slot, const int32_t* tokens, int64_t count, void* stream = nullptr);
   // The slot's current step counter (copied back for CUDA: a synchronising call, not for steps).
   uint64_t step(int32_t slot) const;
+  // Rows this sampler's calls have sent to the backend's exact path since it was created (CUDA: the
+  // rows whose kept set the fast path's candidates could not be shown to hold; the CPU backend has
+  // one path and counts none). A diagnostic that synchronises, not for steps.
+  uint64_t exact_path_rows() const;
 
   // Single-step mode: row r of logits belongs to slot slots[r] (row r itself when slots is null).
   // Arrays live where the backend works (host for CPU, device for CUDA).

@@ -44,6 +44,8 @@ class CudaBackend final : public SamplerBackend {
     // done. Zero between calls: the kernels reset what they count.
     SONIC_CUDA_CHECK(cudaMalloc(&counters_, (rows + 2) * sizeof(int32_t)));
     SONIC_CUDA_CHECK(cudaMemset(counters_, 0, (rows + 2) * sizeof(int32_t)));
+    SONIC_CUDA_CHECK(cudaMalloc(&flagged_total_, sizeof(unsigned long long)));
+    SONIC_CUDA_CHECK(cudaMemset(flagged_total_, 0, sizeof(unsigned long long)));
     SONIC_CUDA_CHECK(cudaMalloc(&exact_flags_, rows * sizeof(int32_t)));
     SONIC_CUDA_CHECK(cudaMalloc(&verdicts_, rows * sizeof(cuda::RowVerdict)));
     SONIC_CUDA_CHECK(cudaMalloc(&row_logprob_, rows * sizeof(float)));
@@ -64,6 +66,7 @@ class CudaBackend final : public SamplerBackend {
     cudaFree(stats_);
     cudaFree(cands_);
     cudaFree(counters_);
+    cudaFree(flagged_total_);
     cudaFree(exact_flags_);
     cudaFree(verdicts_);
     cudaFree(row_logprob_);
@@ -85,6 +88,12 @@ class CudaBackend final : public SamplerBackend {
     table_.append_output(slot, tokens, count, static_cast<cudaStream_t>(stream));
   }
   uint64_t step(int32_t slot) const override { return table_.step(slot, nullptr); }
+  uint64_t exact_path_rows() const override {
+    unsigned long long n = 0;
+    SONIC_CUDA_CHECK(cudaDeviceSynchronize());
+    SONIC_CUDA_CHECK(cudaMemcpy(&n, flagged_total_, sizeof n, cudaMemcpyDeviceToHost));
+    return n;
+  }
 
   void sample(const LogitsView& logits, const int32_t* slots, const BitmaskView& bitmask,
               const SampleOutputs& out, const CallOptions& options) override {
@@ -229,6 +238,7 @@ class CudaBackend final : public SamplerBackend {
     f.tiles_done = counters_;
     f.exact_flags = exact_flags_;
     f.flagged = counters_ + max_rows;
+    f.flagged_total = flagged_total_;
     f.rows_done = counters_ + max_rows + 1;
     f.tiles = tiles;
     f.tiles_per_chunk = tiles_per_chunk;
@@ -246,6 +256,7 @@ class CudaBackend final : public SamplerBackend {
   cuda::TileStat* stats_ = nullptr;
   unsigned long long* cands_ = nullptr;
   int32_t* counters_ = nullptr;
+  unsigned long long* flagged_total_ = nullptr;
   int32_t* exact_flags_ = nullptr;
   cuda::RowVerdict* verdicts_ = nullptr;  // verification: [max_rows]
   float* row_logprob_ = nullptr;          // verification: [max_rows] logprob of each row's token

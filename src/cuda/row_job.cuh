@@ -73,6 +73,7 @@ struct FastScratch {
   int32_t* tiles_done;          // [rows] chunks finished (the last one runs stage 2 and resets it)
   int32_t* exact_flags;         // [rows] 1: stage 2 could not settle the row exactly
   int32_t* flagged;             // [1] rows flagged in this call (the exact kernel resets it)
+  unsigned long long* flagged_total;  // [1] rows flagged since the sampler was created
   int32_t* rows_done;           // [1] blocks finished by the exact kernel (its last block commits)
   int32_t tiles;                // tiles of a row for the call's dtype
   int32_t tiles_per_chunk;

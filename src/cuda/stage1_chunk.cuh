@@ -129,7 +129,8 @@ struct WarpSummary {
 
 struct Stage1Shared {
   WarpSummary warp[kFastWarps];
-  int32_t count;  // candidates appended by the chunk
+  int32_t count;      // candidates appended by the chunk
+  uint32_t bound_hi;  // the largest warp bound so far (high word), which every warp may use
 };
 
 // Keys at or above a bound: the 0 key (no token) never is.
@@ -199,6 +200,7 @@ struct ScreenContext {
   const RowKind* kind;
   unsigned long long* list;  // the chunk's candidate region
   int32_t* count;            // shared: candidates appended so far
+  uint32_t* bound_hi;        // shared: the chunk's running bound
 };
 
 // Steps 1-4 on one group of a lane (x: the input logits of its 32 registers; mask_word, seen_word:
@@ -330,7 +332,12 @@ __device__ __forceinline__ void screen_group(const ScreenContext& c, const StepS
   if (k.truncated) {
     // The smallest key whose value exceeds v4 (the fourth value and any tie of it lie below).
     const uint32_t lane_bound = v4 > -INFINITY ? detail::order_bits(v4) + 1u : 0u;
-    acc.bound_hi = max(acc.bound_hi, warp_max_u32(lane_bound));
+    // A bound above the warp's own is valid too (the chunk reports the largest it used) and keeps
+    // fewer candidates: take the largest any warp of the chunk has reached.
+    const uint32_t own = max(acc.bound_hi, warp_max_u32(lane_bound));
+    uint32_t shared_bound = 0;
+    if (lane == 0) shared_bound = own > acc.bound_hi ? atomicMax(c.bound_hi, own) : *static_cast<volatile uint32_t*>(c.bound_hi);
+    acc.bound_hi = max(own, __shfl_sync(0xFFFFFFFFu, shared_bound, 0));
     const unsigned long long k2 = v2 > -INFINITY ? detail::pack_key(v2, token(i2)) : 0ull;
     const unsigned long long k3 = v3 > -INFINITY ? detail::pack_key(v3, token(i3)) : 0ull;
     append_candidates(c, acc.bound_hi, k1, k2, k3);
@@ -441,7 +448,10 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
   const int32_t steps = cr.end - cr.first;
   const uint32_t* mask_row = reinterpret_cast<const uint32_t*>(pro.mask);
   const uint32_t* seen_row = pro.penalised ? tab.hist_bits + static_cast<int64_t>(slot) * tab.words : nullptr;
-  if (threadIdx.x == 0) sh.count = 0;
+  if (threadIdx.x == 0) {
+    sh.count = 0;
+    sh.bound_hi = 0;
+  }
   // The first steps' logits are in flight; their bitmap words follow now that the request is known
   // (plain loads: they belong to no commit group).
   const bool bitmaps = mask_row || seen_row;
@@ -458,6 +468,7 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
   c.kind = &k;
   c.list = f.cands + static_cast<int64_t>(r) * f.cand_stride + static_cast<int64_t>(chunk) * f.chunk_capacity;
   c.count = &sh.count;
+  c.bound_hi = &sh.bound_hi;
   SpecialTokens special;
   if (pro.has_rules) special.init(tab, pro, warp_step_base<D>(cr.first));
   LaneScreen acc;

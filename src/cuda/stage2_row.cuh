@@ -19,7 +19,9 @@
 
 namespace sonic::cuda {
 
-constexpr int32_t kGatherCap = 768;  // keys of a row's prefix sorted in shared memory
+constexpr int32_t kGatherCap = 768;     // keys of a row's prefix sorted in shared memory
+constexpr int32_t kBoundCap = 2048;     // candidates at or above the row's bound kept in shared memory
+                                        // (3 N(0,1) logits at V = 152K have about 900)
 constexpr int kScanItems = kGatherCap / kFastThreads;
 constexpr int32_t kTopKSlack = 16;   // top-k rows sort about k + kTopKSlack keys (rounding margin)
 
@@ -28,7 +30,7 @@ struct Stage2Shared {
     cub::BlockScan<double, kFastThreads>::TempStorage scan;
     cub::BlockReduce<ArgMaxD, kFastThreads>::TempStorage argmax;
   } temp;
-  unsigned long long gathered[kGatherCap];  // x keys at or above the row's bound
+  unsigned long long gathered[kBoundCap];   // x keys at or above the row's bound
   unsigned long long sorted[kGatherCap];    // z keys, descending
   union {
     unsigned long long staged[kGatherCap];  // z keys of the prefix, unordered
@@ -218,15 +220,29 @@ __device__ __forceinline__ int decide_kept(const SlotParams& p, int32_t V, float
   return x == keep ? keep : x + 1;
 }
 
-// Calls f(key) for every listed x key at or above the row's bound, in batches of independent loads.
-// Candidate i of the row lies in the chunk c with cand_off[c] <= i < cand_off[c + 1].
+// Appends `key` where `keep` to dst[0, cap) at the shared counter *n, one atomic a warp; every lane
+// of the warp calls it together. *n counts past cap too (so that an overflow shows).
+__device__ __forceinline__ void warp_append(unsigned long long* dst, int* n, int cap, unsigned long long key,
+                                            bool keep) {
+  const int lane = threadIdx.x & 31;
+  const unsigned ballot = __ballot_sync(0xFFFFFFFFu, keep);
+  if (!ballot) return;
+  int at = 0;
+  if (lane == 0) at = atomicAdd(n, __popc(ballot));
+  at = __shfl_sync(0xFFFFFFFFu, at, 0) + __popc(ballot & ((1u << lane) - 1u));
+  if (keep && at < cap) dst[at] = key;
+}
+
+// Calls f(key, listed) for the row's candidates in batches of independent loads, `listed` telling
+// whether the key is at or above the row's bound; the lanes of a warp call it together. Candidate i
+// of the row lies in the chunk c with cand_off[c] <= i < cand_off[c + 1].
 template <class F>
 __device__ __forceinline__ void for_each_listed(const RowJob& job, int32_t r, const Stage2Shared& sh, F&& f) {
   const unsigned long long bound = sh.bound;
   const int n_all = sh.n_all, chunks = sh.chunks;
   const unsigned long long* list = job.fast.cands + static_cast<int64_t>(r) * job.fast.cand_stride;
   constexpr int kBatch = 4;
-  for (int base = threadIdx.x; base < n_all; base += kBatch * kFastThreads) {
+  for (int base = threadIdx.x; base - (threadIdx.x & 31) < n_all; base += kBatch * kFastThreads) {
     unsigned long long key[kBatch];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
@@ -242,8 +258,7 @@ __device__ __forceinline__ void for_each_listed(const RowJob& job, int32_t r, co
       }
     }
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b)
-      if (kept_by(key[b], bound)) f(key[b]);
+    for (int b = 0; b < kBatch; ++b) f(key[b], kept_by(key[b], bound));
   }
 }
 
@@ -258,16 +273,19 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
                                Stage2Shared& sh) {
   const int tid = threadIdx.x;
   const unsigned long long bound = sh.bound;
-  for_each_listed(job, r, sh, [&](unsigned long long key) {
-    const int at = atomicAdd(&sh.n_bound, 1);
-    if (at < kGatherCap) sh.gathered[at] = key;
+  for_each_listed(job, r, sh, [&](unsigned long long key, bool listed) {
+    warp_append(sh.gathered, &sh.n_bound, kBoundCap, key, listed);
   });
   __syncthreads();
   const int n_bound = sh.n_bound;
-  const bool in_smem = n_bound <= kGatherCap;
+  const bool in_smem = n_bound <= kBoundCap;
+  // f(key, listed) over the candidates at or above the bound, whole warps at a time.
   auto for_each_candidate = [&](auto&& f) {
     if (in_smem) {
-      for (int i = tid; i < n_bound; i += kFastThreads) f(sh.gathered[i]);
+      for (int i = tid; i - (tid & 31) < n_bound; i += kFastThreads) {
+        const bool have = i < n_bound;
+        f(have ? sh.gathered[i] : 0ull, have);
+      }
     } else {
       for_each_listed(job, r, sh, f);
     }
@@ -278,7 +296,8 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
     sh.hist[tid] = 0;
     __syncthreads();
     const float scale = static_cast<float>(kFastThreads) / (mx - xb);
-    for_each_candidate([&](unsigned long long key) {
+    for_each_candidate([&](unsigned long long key, bool listed) {
+      if (!listed) return;
       const float d = (mx - detail::key_value(key)) * scale;
       atomicAdd(&sh.hist[min(kFastThreads - 1, static_cast<int>(d))], 1);
     });
@@ -315,11 +334,9 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
     tau = sh.tau;
   }
   const float zl = tau > -INFINITY ? detail::apply_temperature(tau, T) : -INFINITY;
-  for_each_candidate([&](unsigned long long key) {
+  for_each_candidate([&](unsigned long long key, bool listed) {
     const float z = detail::apply_temperature(detail::key_value(key), T);
-    if (!(z > zl) || z < cut) return;
-    const int at = atomicAdd(&sh.n, 1);
-    if (at < kGatherCap) sh.staged[at] = detail::pack_key(z, detail::key_token(key));
+    warp_append(sh.staged, &sh.n, kGatherCap, detail::pack_key(z, detail::key_token(key)), listed && z > zl && !(z < cut));
   });
   __syncthreads();
   const int n = sh.n;
@@ -431,6 +448,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     if (tid == 0) {
       job.fast.exact_flags[r] = 1;
       atomicAdd(job.fast.flagged, 1);
+      atomicAdd(job.fast.flagged_total, 1ull);
     }
     return;
   }

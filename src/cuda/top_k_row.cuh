@@ -42,7 +42,10 @@ __device__ void top_k_row(const RowJob& job, int32_t r, const RowKind& kind, Sta
     ok = sh.n <= kGatherCap && sh.n >= out.k;
   }
   if (!ok) {
-    if (tid == 0) job.fast.exact_flags[r] = 1;
+    if (tid == 0) {
+      job.fast.exact_flags[r] = 1;
+      atomicAdd(job.fast.flagged_total, 1ull);
+    }
     return;
   }
   for (int i = tid; i < out.k; i += kFastThreads) {

@@ -66,6 +66,8 @@ void Sampler::append_output(int32_t slot, const int32_t* tokens, int64_t count, 
   impl_->append_output(slot, tokens, count, stream);
 }
 
+uint64_t Sampler::exact_path_rows() const { return impl_->exact_path_rows(); }
+
 uint64_t Sampler::step(int32_t slot) const {
   detail::validate_slot(slot, impl_->config(), "slot");
   return impl_->step(slot);
