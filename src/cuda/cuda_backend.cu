@@ -41,9 +41,9 @@ class CudaBackend final : public SamplerBackend {
     SONIC_CUDA_CHECK(cudaMalloc(&stats_, rows * tiles32 * sizeof(cuda::TileStat)));
     SONIC_CUDA_CHECK(cudaMalloc(&cands_, rows * cand_stride_ * sizeof(unsigned long long)));
     // Counters: [0, rows) chunks done per row, then the rows flagged and the exact kernel's blocks
-    // done, then [rows] the rows' published bounds. Zero between calls: the kernels reset them.
-    SONIC_CUDA_CHECK(cudaMalloc(&counters_, (2 * rows + 2) * sizeof(int32_t)));
-    SONIC_CUDA_CHECK(cudaMemset(counters_, 0, (2 * rows + 2) * sizeof(int32_t)));
+    // done. Zero between calls: the kernels reset what they count.
+    SONIC_CUDA_CHECK(cudaMalloc(&counters_, (rows + 2) * sizeof(int32_t)));
+    SONIC_CUDA_CHECK(cudaMemset(counters_, 0, (rows + 2) * sizeof(int32_t)));
     SONIC_CUDA_CHECK(cudaMalloc(&flagged_total_, sizeof(unsigned long long)));
     SONIC_CUDA_CHECK(cudaMemset(flagged_total_, 0, sizeof(unsigned long long)));
     SONIC_CUDA_CHECK(cudaMalloc(&exact_flags_, rows * sizeof(int32_t)));
@@ -238,7 +238,6 @@ class CudaBackend final : public SamplerBackend {
     f.tiles_done = counters_;
     f.exact_flags = exact_flags_;
     f.flagged = counters_ + max_rows;
-    f.row_bound_hi = reinterpret_cast<uint32_t*>(counters_ + max_rows + 2);
     f.flagged_total = flagged_total_;
     f.rows_done = counters_ + max_rows + 1;
     f.tiles = tiles;

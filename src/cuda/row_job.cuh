@@ -56,8 +56,7 @@ __host__ __device__ constexpr int32_t tile_candidates(DType d) {  // at most thr
 struct alignas(16) TileStat {
   unsigned long long max_key;  // largest key in the chunk (0: no valid token)
   unsigned long long bound;    // every valid token that is not a candidate has a key < bound
-  float sum;                   // sum of exp((x - sum_max) / T) (T = 1 for greedy rows), if needed
-  float sum_max;               // the largest x in that sum
+  float sum;                   // sum of exp((x - chunk max) / T) (T = 1 for greedy rows), if needed
   float raw_max;               // raw logits (raw logprob mode): max and sum of exp(x - max)
   float raw_sum;
   float win_score;             // untruncated random rows: the chunk's best z + G
@@ -72,7 +71,6 @@ struct FastScratch {
   unsigned long long* cands;    // [rows, cand_stride]; chunk c writes from c * tiles_per_chunk * tile_candidates
   int64_t cand_stride;
   int32_t* tiles_done;          // [rows] chunks finished (the last one runs stage 2 and resets it)
-  uint32_t* row_bound_hi;       // [rows] the largest bound a chunk has published (stage 2 resets it)
   int32_t* exact_flags;         // [rows] 1: stage 2 could not settle the row exactly
   int32_t* flagged;             // [1] rows flagged in this call (the exact kernel resets it)
   unsigned long long* flagged_total;  // [1] rows flagged since the sampler was created

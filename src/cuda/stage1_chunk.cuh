@@ -109,7 +109,6 @@ struct LaneScreen {
   unsigned long long max_key = 0;  // largest key of x (0: no valid token yet)
   float max_x = -INFINITY;         // its value
   uint32_t bound_hi = 0;           // truncated rows: the warp's running bound (high word of the key)
-  uint32_t row_bound_read = 0;     // the row's published bound, as last read
   int valid = 0;
   bool nan = false;
   ExpSum sum;                      // need_sum, over x
@@ -202,7 +201,6 @@ struct ScreenContext {
   unsigned long long* list;  // the chunk's candidate region
   int32_t* count;            // shared: candidates appended so far
   uint32_t* bound_hi;        // shared: the chunk's running bound
-  uint32_t* row_bound_hi;    // global: the largest bound the row's chunks have published
 };
 
 // Steps 1-4 on one group of a lane (x: the input logits of its 32 registers; mask_word, seen_word:
@@ -237,93 +235,23 @@ __device__ __forceinline__ void apply_rules(const ScreenContext& c, uint32_t mas
   }
 }
 
-// Appends `key` where `keep` to the chunk's candidates, one shared atomic a warp (every lane calls
-// it together).
-__device__ __forceinline__ void append_one(const ScreenContext& c, unsigned long long key, bool keep) {
+// Appends the warp's keys at or above its running bound to the chunk's candidates.
+__device__ __forceinline__ void append_candidates(const ScreenContext& c, uint32_t bound_hi, unsigned long long k1,
+                                                  unsigned long long k2, unsigned long long k3) {
   const int lane = threadIdx.x & 31;
-  const unsigned ballot = __ballot_sync(0xFFFFFFFFu, keep);
-  if (!ballot) return;
+  const unsigned long long bound = static_cast<unsigned long long>(bound_hi) << 32;
+  const bool c1 = kept_by(k1, bound), c2 = kept_by(k2, bound), c3 = kept_by(k3, bound);
+  const unsigned b1 = __ballot_sync(0xFFFFFFFFu, c1), b2 = __ballot_sync(0xFFFFFFFFu, c2),
+                 b3 = __ballot_sync(0xFFFFFFFFu, c3);
+  const int n = __popc(b1) + __popc(b2) + __popc(b3);
+  if (n == 0) return;
   int at = 0;
-  if (lane == 0) at = atomicAdd(c.count, __popc(ballot));
-  at = __shfl_sync(0xFFFFFFFFu, at, 0) + __popc(ballot & ((1u << lane) - 1u));
-  if (keep) c.list[at] = key;
-}
-
-// The candidates of a truncated row's group (x after the rules), its part of the lane's largest key,
-// and the warp's running bound. Two ways, the same result:
-//   - by the bound (most groups, once the warp has one): every token at or above the running bound
-//     is a candidate. When no lane holds more than three of them, each lane's fourth value lies
-//     below the bound already, so the bound stays and those tokens are exactly the lane's top three
-//     at or above it: two operations a token find them.
-//   - by rank (the first group of a chunk, and any group where some lane holds four or more tokens
-//     at or above the bound): each lane's three largest keys and a bound just above its fourth value
-//     (about 16 operations a token); the warp's bound rises to the largest lane bound.
-// The bound is then raised to the largest that the chunk's other warps and the row's other chunks
-// have published: any of them is valid here as well (the chunk reports the bound it used), and a
-// higher one keeps fewer candidates for stage 2.
-template <DType D>
-__device__ __forceinline__ void screen_truncated(const ScreenContext& c, const float (&x)[kGroupTokens], int32_t base,
-                                                 LaneScreen& acc) {
-  using L = StepLayout<D>;
-  const int lane = threadIdx.x & 31;
-  auto token = [&](int i) { return L::token(base, lane, i); };
-  uint32_t hit = 0;  // bit i: register i at or above the bound
-  bool by_bound = acc.bound_hi != 0;
-  if (by_bound) {
-    const float bv = detail::order_bits_to_float(acc.bound_hi);  // key >= bound <=> x >= bv (NaN: never)
-#pragma unroll
-    for (int i = 0; i < kGroupTokens; ++i) hit |= (x[i] >= bv ? 1u : 0u) << i;
-    by_bound = !__any_sync(0xFFFFFFFFu, __popc(hit) > 3);
-  }
-  if (by_bound) {
-    const uint32_t warp_hit = __reduce_or_sync(0xFFFFFFFFu, hit);
-#pragma unroll
-    for (int i = 0; i < kGroupTokens; ++i)
-      if ((warp_hit >> i) & 1u) {  // warp-uniform: some lane holds a candidate in register i
-        const bool p = (hit >> i) & 1u;
-        const unsigned long long key = p ? detail::pack_key(x[i], token(i)) : 0ull;
-        acc.max_key = max(acc.max_key, key);
-        append_one(c, key, p);
-      }
-  } else {
-    // Registers come in increasing token order, so strict comparisons keep the lower id on ties.
-    float v1 = -INFINITY, v2 = -INFINITY, v3 = -INFINITY, v4 = -INFINITY;
-    int i1 = 0, i2 = 0, i3 = 0;
-#pragma unroll
-    for (int i = 0; i < kGroupTokens; ++i) {
-      const float v = x[i];
-      const bool p1 = v > v1, p2 = v > v2, p3 = v > v3, p4 = v > v4;
-      v4 = p3 ? v3 : (p4 ? v : v4);
-      v3 = p2 ? v2 : (p3 ? v : v3);
-      i3 = p2 ? i2 : (p3 ? i : i3);
-      v2 = p1 ? v1 : (p2 ? v : v2);
-      i2 = p1 ? i1 : (p2 ? i : i2);
-      v1 = p1 ? v : v1;
-      i1 = p1 ? i : i1;
-    }
-    const unsigned long long k1 = v1 > -INFINITY ? detail::pack_key(v1, token(i1)) : 0ull;
-    const unsigned long long k2 = v2 > -INFINITY ? detail::pack_key(v2, token(i2)) : 0ull;
-    const unsigned long long k3 = v3 > -INFINITY ? detail::pack_key(v3, token(i3)) : 0ull;
-    acc.max_key = max(acc.max_key, k1);
-    // The smallest key whose value exceeds v4 (the fourth value and any tie of it lie below).
-    const uint32_t lane_bound = v4 > -INFINITY ? detail::order_bits(v4) + 1u : 0u;
-    const uint32_t own = max(acc.bound_hi, warp_max_u32(lane_bound));
-    if (lane == 0 && own > acc.bound_hi) {
-      atomicMax(c.bound_hi, own);
-      atomicMax(c.row_bound_hi, own);
-    }
-    acc.bound_hi = own;
-    const unsigned long long bound = static_cast<unsigned long long>(own) << 32;
-    append_one(c, k1, kept_by(k1, bound));
-    append_one(c, k2, kept_by(k2, bound));
-    append_one(c, k3, kept_by(k3, bound));
-  }
-  // The others' bounds: the chunk's now, the row's as read one group ago (its load is in flight
-  // while the group is screened).
-  uint32_t others = 0;
-  if (lane == 0) others = max(*static_cast<volatile uint32_t*>(c.bound_hi), acc.row_bound_read);
-  acc.bound_hi = max(acc.bound_hi, __shfl_sync(0xFFFFFFFFu, others, 0));
-  acc.row_bound_read = __ldcg(c.row_bound_hi);
+  if (lane == 0) at = atomicAdd(c.count, n);
+  at = __shfl_sync(0xFFFFFFFFu, at, 0);
+  const unsigned below = (1u << lane) - 1u;
+  if (c1) c.list[at + __popc(b1 & below)] = k1;
+  if (c2) c.list[at + __popc(b1) + __popc(b2 & below)] = k2;
+  if (c3) c.list[at + __popc(b1) + __popc(b2) + __popc(b3 & below)] = k3;
 }
 
 // Screens group g of a step (its slot in shared memory): the rules, then what the row kind needs,
@@ -370,25 +298,49 @@ __device__ __forceinline__ void screen_group(const ScreenContext& c, const StepS
     acc.valid += kGroupTokens;
   }
 
-  float v1 = -INFINITY;  // the group's largest value (sums)
+  // The group's largest value; for truncated rows also its second and third, and a bound above its
+  // fourth value: the lane keeps three candidates, and everything else of the group lies below.
+  float v1 = -INFINITY, v2 = -INFINITY, v3 = -INFINITY, v4 = -INFINITY;
+  int i1 = 0, i2 = 0, i3 = 0;
   if (k.truncated) {
-    screen_truncated<D>(c, x, base, acc);
-    if (k.need_sum)
+    // Registers come in increasing token order, so strict comparisons keep the lower id on ties.
 #pragma unroll
-      for (int i = 0; i < kGroupTokens; ++i) v1 = fmaxf(v1, x[i]);
+    for (int i = 0; i < kGroupTokens; ++i) {
+      const float v = x[i];
+      const bool p1 = v > v1, p2 = v > v2, p3 = v > v3, p4 = v > v4;
+      v4 = p3 ? v3 : (p4 ? v : v4);
+      v3 = p2 ? v2 : (p3 ? v : v3);
+      i3 = p2 ? i2 : (p3 ? i : i3);
+      v2 = p1 ? v1 : (p2 ? v : v2);
+      i2 = p1 ? i1 : (p2 ? i : i2);
+      v1 = p1 ? v : v1;
+      i1 = p1 ? i : i1;
+    }
   } else {
-    int i1 = 0;
 #pragma unroll
     for (int i = 0; i < kGroupTokens; ++i)
       if (x[i] > v1) {
         v1 = x[i];
         i1 = i;
       }
-    const unsigned long long k1 = v1 > -INFINITY ? detail::pack_key(v1, token(i1)) : 0ull;
-    if (k1 > acc.max_key) {
-      acc.max_key = k1;
-      acc.max_x = v1;
-    }
+  }
+  const unsigned long long k1 = v1 > -INFINITY ? detail::pack_key(v1, token(i1)) : 0ull;
+  if (k1 > acc.max_key) {
+    acc.max_key = k1;
+    acc.max_x = v1;
+  }
+  if (k.truncated) {
+    // The smallest key whose value exceeds v4 (the fourth value and any tie of it lie below).
+    const uint32_t lane_bound = v4 > -INFINITY ? detail::order_bits(v4) + 1u : 0u;
+    // A bound above the warp's own is valid too (the chunk reports the largest it used) and keeps
+    // fewer candidates: take the largest any warp of the chunk has reached.
+    const uint32_t own = max(acc.bound_hi, warp_max_u32(lane_bound));
+    uint32_t shared_bound = 0;
+    if (lane == 0) shared_bound = own > acc.bound_hi ? atomicMax(c.bound_hi, own) : *static_cast<volatile uint32_t*>(c.bound_hi);
+    acc.bound_hi = max(own, __shfl_sync(0xFFFFFFFFu, shared_bound, 0));
+    const unsigned long long k2 = v2 > -INFINITY ? detail::pack_key(v2, token(i2)) : 0ull;
+    const unsigned long long k3 = v3 > -INFINITY ? detail::pack_key(v3, token(i3)) : 0ull;
+    append_candidates(c, acc.bound_hi, k1, k2, k3);
   }
 
   if (k.need_sum && acc.sum.rebase(v1, k.inv_t)) {
@@ -517,11 +469,9 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
   c.list = f.cands + static_cast<int64_t>(r) * f.cand_stride + static_cast<int64_t>(chunk) * f.chunk_capacity;
   c.count = &sh.count;
   c.bound_hi = &sh.bound_hi;
-  c.row_bound_hi = f.row_bound_hi + r;
   SpecialTokens special;
   if (pro.has_rules) special.init(tab, pro, warp_step_base<D>(cr.first));
   LaneScreen acc;
-  if (k.truncated) acc.row_bound_read = __ldcg(c.row_bound_hi);
   __syncthreads();  // sh.count
   for (int32_t i = 0; i < steps; ++i) {
     copy_async_wait<kAhead - 1>();  // step i has landed (kAhead + i groups committed so far)
@@ -559,18 +509,15 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
       t.raw_max = fmaxf(t.raw_max, ws.raw_max);
       win = better(win, ws.win);
     }
-    // Sums relative to the largest value they hold (stage 2 rescales them by the row's maximum).
-    float sum_max = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kFastWarps; ++w) sum_max = fmaxf(sum_max, sh.warp[w].sum_max);
-    t.sum_max = sum_max;
+    // Sums relative to the chunk's maximum x (stage 2 rescales them by the row's).
+    const float tm = t.max_key ? detail::key_value(t.max_key) : -INFINITY;
     t.sum = 0.0f;
     t.raw_sum = 0.0f;
 #pragma unroll
     for (int w = 0; w < kFastWarps; ++w) {
       const WarpSummary& ws = sh.warp[w];
-      if (k.need_sum && ws.sum_max > -INFINITY && sum_max < INFINITY)
-        t.sum += ws.sum * __expf((ws.sum_max - sum_max) * k.inv_t);
+      if (k.need_sum && ws.sum_max > -INFINITY && tm < INFINITY)
+        t.sum += ws.sum * __expf((ws.sum_max - tm) * k.inv_t);
       if (k.need_raw && ws.raw_max > -INFINITY && t.raw_max < INFINITY)
         t.raw_sum += ws.raw_sum * __expf(ws.raw_max - t.raw_max);
     }

@@ -128,8 +128,8 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
 #pragma unroll
   for (int h = 0; h < 2; ++h)
     if (have[h]) {
-      if (k.need_sum && t[h].sum_max > -INFINITY && m > -INFINITY && m < INFINITY)
-        sum += static_cast<double>(t[h].sum) * exp(static_cast<double>((t[h].sum_max - m) * k.inv_t));
+      if (k.need_sum && t[h].max_key && m > -INFINITY && m < INFINITY)
+        sum += static_cast<double>(t[h].sum) * exp(static_cast<double>((detail::key_value(t[h].max_key) - m) * k.inv_t));
       if (k.need_raw && t[h].raw_max > -INFINITY && raw_max < INFINITY)
         raw_sum += static_cast<double>(t[h].raw_sum) * exp(static_cast<double>(t[h].raw_max) - static_cast<double>(raw_max));
     }
@@ -150,7 +150,6 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
     sh.n = 0;
     // Every chunk of the row is done: reset its counter for the next call.
     job.fast.tiles_done[r] = 0;
-    job.fast.row_bound_hi[r] = 0;
   }
 }
 
