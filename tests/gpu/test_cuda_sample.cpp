@@ -331,6 +331,19 @@ TEST(CudaChunking, AgreesAtEveryChunkSize) {
   EXPECT_LE(near_ties, compared / 20);
 }
 
+// The same at a vocabulary small enough for compute-sanitizer: chunks of several tiles, a partial
+// last tile and chunk, every dtype.
+TEST(CudaChunking, SmallVocabularyForcedChunks) {
+  for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16, sonic::DType::kF16}) {
+    ASSERT_EQ(setenv("SONIC_CUDA_TILES_PER_CHUNK", "3", 1), 0);
+    const auto [compared, near_ties] = agreement_run(AgreementCase{30001, dtype}, 8, 3, 31 + static_cast<int>(dtype));
+    unsetenv("SONIC_CUDA_TILES_PER_CHUNK");
+    std::printf("V=30001 chunks of 3 tiles, dtype=%d: %d rows compared, %d near-tie disagreements\n",
+                static_cast<int>(dtype), compared, near_ties);
+    EXPECT_LE(near_ties, compared / 20);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllShapes, CudaAgreement,
     ::testing::Values(AgreementCase{1000, sonic::DType::kF32}, AgreementCase{1000, sonic::DType::kBF16},
