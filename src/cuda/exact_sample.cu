@@ -216,13 +216,7 @@ __device__ void exact_row(const RowJob& job, int32_t r, Shared& sh, unsigned lon
     else if (threadIdx.x == 0) write_invalid_verify_row(job, r);
     return;
   }
-  RowPrologue pro;
-  pro.init(tab, slot, mask);
-  if (verifying) {
-    pro.position = static_cast<uint32_t>(w.j);
-    pro.prev_drafts = job.verify.draft_tokens + w.draft0;
-    pro.n_prev = w.j;
-  }
+  const RowPrologue pro = call_row_prologue(job, slot, mask, w);
   const SlotParams& p = pro.p;
   const uint64_t step = tab.step[slot];
   const bool greedy = pro.greedy;

@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
   int32_t slot;
   const int32_t* mask;
   VerifyRow w;
-  RowResolution res = resolve_call_row(job, r, &slot, &mask, &w);
+  const RowResolution res = resolve_call_row(job, r, &slot, &mask, &w);
   if (res != kRowOk) {
     copy_async_wait<0>();  // nothing may still write the block's shared memory when it exits
     if (chunk == 0) {
@@ -63,25 +63,12 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
     return;
   }
   {
-    RowPrologue pro;
-    pro.init(tab, slot, mask);
-    if (job.verify.num_requests) {
-      pro.position = static_cast<uint32_t>(w.j);
-      pro.prev_drafts = job.verify.draft_tokens + w.draft0;
-      pro.n_prev = w.j;
-    }
-    const RowKind kind = row_kind(pro, job, V);
-    if (!stage1_chunk<D>(job, r, chunk, slot, pro, kind, row, vec_ok, slots, s1, &last)) return;
+    const RowPrologue pro = call_row_prologue(job, slot, mask, w);
+    if (!stage1_chunk<D>(job, r, chunk, slot, pro, row_kind(pro, job, V), row, vec_ok, slots, s1, &last)) return;
   }
   // Stage 2 reads the row's request afresh, so that stage 1 holds none of it in registers.
-  res = resolve_call_row(job, r, &slot, &mask, &w);
-  RowPrologue pro;
-  pro.init(tab, slot, mask);
-  if (job.verify.num_requests) {
-    pro.position = static_cast<uint32_t>(w.j);
-    pro.prev_drafts = job.verify.draft_tokens + w.draft0;
-    pro.n_prev = w.j;
-  }
+  resolve_call_row(job, r, &slot, &mask, &w);
+  const RowPrologue pro = call_row_prologue(job, slot, mask, w);
   stage2_row(job, r, slot, pro, row_kind(pro, job, V), w, s2);
 }
 

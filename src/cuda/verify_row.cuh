@@ -135,6 +135,20 @@ __device__ inline RowResolution resolve_call_row(const RowJob& job, int32_t r, i
   return kRowOk;
 }
 
+// The prologue of a resolved row of the call: its slot's parameters and bitmask row and, for a
+// verification row, its position and the drafts before it (output tokens for the penalties).
+__device__ __forceinline__ RowPrologue call_row_prologue(const RowJob& job, int32_t slot, const int32_t* mask,
+                                                         const VerifyRow& w) {
+  RowPrologue pro;
+  pro.init(job.table, slot, mask);
+  if (job.verify.num_requests) {
+    pro.position = static_cast<uint32_t>(w.j);
+    pro.prev_drafts = job.verify.draft_tokens + w.draft0;
+    pro.n_prev = w.j;
+  }
+  return pro;
+}
+
 // A verification row with bad input: status kStatusInvalidInput, verdict "emit nothing, stop".
 __device__ inline void write_invalid_verify_row(const RowJob& job, int32_t r) {
   job.verify.verdicts[r] = RowVerdict{-1, 1};
