@@ -27,13 +27,13 @@ struct RowOutputs {
 };
 
 // The fast path's shapes. A block has 128 threads (4 warps). Each lane screens its tokens in groups
-// of 32 (kGroupTokens) and keeps the three largest keys of each group; the warp keeps those above the
-// largest value any of its lanes had to leave out (its bound). One step of a warp is eight 16-byte
-// loads a lane (4 KB of logits): one group of fp32 tokens, two groups of 16-bit ones. A tile is one
-// step of every warp of a block (16 KB: 4096 fp32 or 8192 16-bit tokens); a block takes a chunk of
-// consecutive tiles of one row and streams them with the next tile's loads in flight while it
-// screens the current one. The tiles a chunk takes are chosen per launch (more for larger grids);
-// the sampled tokens never depend on them.
+// of 32 (kGroupTokens) and keeps the three largest keys of each group; the warp keeps those at or
+// above the largest value any lane of the chunk had to leave out so far (the chunk's running bound).
+// One step of a warp is eight 16-byte loads a lane (4 KB of logits): one group of fp32 tokens, two
+// groups of 16-bit ones. A tile is one step of every warp of a block (16 KB: 4096 fp32 or 8192
+// 16-bit tokens); a block takes a chunk of consecutive tiles of one row and streams them through
+// shared memory with the next steps in flight while it screens the current one. The tiles a chunk
+// takes are chosen per launch (more for larger grids); the sampled tokens never depend on them.
 constexpr int32_t kFastThreads = 128;
 constexpr int32_t kFastWarps = kFastThreads / 32;
 constexpr int32_t kGroupTokens = 32;                   // tokens a lane screens together

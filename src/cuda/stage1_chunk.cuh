@@ -6,8 +6,9 @@
 //     and the whole rule (token_rules.hpp through RowPrologue::rules) only for the few tokens that a
 //     list names, that the history holds or that an earlier draft of the step is ("special" tokens);
 //   - truncated random rows: the group's three largest keys and a bound just above its fourth
-//     value; the warp appends the keys at or above its running bound (the largest of its groups'
-//     bounds) to the chunk's candidates, so every token left out lies below it. A row's kept set
+//     value; the warp appends the keys at or above its running bound (the largest bound any group
+//     of the chunk has reached so far) to the chunk's candidates, so every token left out lies
+//     below the bound the chunk reports. A row's kept set
 //     escapes the candidates only when four of its tokens share a group: about 2e-6 of rows for
 //     top-k 50 on i.i.d. logits. Temperature divides every x by the same T > 0, which keeps their
 //     order, so the screen works on x and stage 2 divides only the keys it keeps;
