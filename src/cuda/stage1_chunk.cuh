@@ -255,6 +255,65 @@ __device__ __forceinline__ void append_candidates(const ScreenContext& c, uint32
   if (c3) c.list[at + __popc(b1) + __popc(b2) + __popc(b3 & below)] = k3;
 }
 
+// Appends `key` where `keep`, one shared atomic a warp (every lane calls it together).
+__device__ __forceinline__ void append_one(const ScreenContext& c, unsigned long long key, bool keep) {
+  const int lane = threadIdx.x & 31;
+  const unsigned ballot = __ballot_sync(0xFFFFFFFFu, keep);
+  if (!ballot) return;
+  int at = 0;
+  if (lane == 0) at = atomicAdd(c.count, __popc(ballot));
+  at = __shfl_sync(0xFFFFFFFFu, at, 0) + __popc(ballot & ((1u << lane) - 1u));
+  if (keep) c.list[at] = key;
+}
+
+#ifndef SONIC_SCREEN_BY_BOUND
+#define SONIC_SCREEN_BY_BOUND 0  // experiment (docs/perf-notes.md v3): off until measured
+#endif
+#if SONIC_SCREEN_BY_BOUND
+// Register i of x, by a tree of selects on the bits of i (31 selects, no local memory).
+__device__ __forceinline__ float pick_register(const float (&x)[kGroupTokens], int i) {
+  float a[16];
+#pragma unroll
+  for (int k = 0; k < 16; ++k) a[k] = (i & 1) ? x[2 * k + 1] : x[2 * k];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) a[k] = (i & 2) ? a[2 * k + 1] : a[2 * k];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) a[k] = (i & 4) ? a[2 * k + 1] : a[2 * k];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) a[k] = (i & 8) ? a[2 * k + 1] : a[2 * k];
+  return (i & 16) ? a[1] : a[0];
+}
+
+// A truncated group screened by the warp's running bound (bound_hi != 0): every token at or above
+// it is a candidate. When no lane holds four or more of them, each lane's fourth value lies below
+// the bound already, so the bound stays valid and those tokens are exactly the lane's largest keys
+// at or above it: two operations a token find them, and a loop with one append site takes them out
+// (at most three rounds). Returns false, having done nothing, when some lane holds four or more:
+// the rank screen must raise the bound.
+template <DType D>
+__device__ __forceinline__ bool screen_by_bound(const ScreenContext& c, const float (&x)[kGroupTokens], int32_t base,
+                                                LaneScreen& acc) {
+  const int lane = threadIdx.x & 31;
+  const float bv = detail::order_bits_to_float(acc.bound_hi);  // key >= bound <=> x >= bv (NaN: never)
+  uint32_t hit = 0;
+#pragma unroll
+  for (int i = 0; i < kGroupTokens; ++i) hit |= (x[i] >= bv ? 1u : 0u) << i;
+  if (__any_sync(0xFFFFFFFFu, __popc(hit) > 3)) return false;
+  while (__any_sync(0xFFFFFFFFu, hit != 0)) {
+    const bool p = hit != 0;
+    const int i = p ? __ffs(hit) - 1 : 0;
+    hit &= hit - 1;
+    const unsigned long long key = p ? detail::pack_key(pick_register(x, i), StepLayout<D>::token(base, lane, i)) : 0ull;
+    acc.max_key = max(acc.max_key, key);
+    append_one(c, key, p);
+  }
+  uint32_t shared_bound = 0;  // what the chunk's other warps have reached
+  if (lane == 0) shared_bound = *static_cast<volatile uint32_t*>(c.bound_hi);
+  acc.bound_hi = max(acc.bound_hi, __shfl_sync(0xFFFFFFFFu, shared_bound, 0));
+  return true;
+}
+#endif
+
 // Screens group g of a step (its slot in shared memory): the rules, then what the row kind needs,
 // into the lane's state.
 template <DType D>
@@ -303,7 +362,16 @@ __device__ __forceinline__ void screen_group(const ScreenContext& c, const StepS
   // fourth value: the lane keeps three candidates, and everything else of the group lies below.
   float v1 = -INFINITY, v2 = -INFINITY, v3 = -INFINITY, v4 = -INFINITY;
   int i1 = 0, i2 = 0, i3 = 0;
-  if (k.truncated) {
+  bool by_bound = false;  // the group was screened by the running bound (v1 is then only its maximum)
+#if SONIC_SCREEN_BY_BOUND
+  by_bound = k.truncated && acc.bound_hi != 0 && screen_by_bound<D>(c, x, base, acc);
+  if (by_bound && k.need_sum)
+#pragma unroll
+    for (int i = 0; i < kGroupTokens; ++i) v1 = fmaxf(v1, x[i]);
+#endif
+  if (by_bound) {
+    // done: candidates, largest key and bound
+  } else if (k.truncated) {
     // Registers come in increasing token order, so strict comparisons keep the lower id on ties.
 #pragma unroll
     for (int i = 0; i < kGroupTokens; ++i) {
@@ -325,23 +393,26 @@ __device__ __forceinline__ void screen_group(const ScreenContext& c, const StepS
         i1 = i;
       }
   }
-  const unsigned long long k1 = v1 > -INFINITY ? detail::pack_key(v1, token(i1)) : 0ull;
-  if (k1 > acc.max_key) {
-    acc.max_key = k1;
-    acc.max_x = v1;
-  }
-  if (k.truncated) {
-    // The smallest key whose value exceeds v4 (the fourth value and any tie of it lie below).
-    const uint32_t lane_bound = v4 > -INFINITY ? detail::order_bits(v4) + 1u : 0u;
-    // A bound above the warp's own is valid too (the chunk reports the largest it used) and keeps
-    // fewer candidates: take the largest any warp of the chunk has reached.
-    const uint32_t own = max(acc.bound_hi, warp_max_u32(lane_bound));
-    uint32_t shared_bound = 0;
-    if (lane == 0) shared_bound = own > acc.bound_hi ? atomicMax(c.bound_hi, own) : *static_cast<volatile uint32_t*>(c.bound_hi);
-    acc.bound_hi = max(own, __shfl_sync(0xFFFFFFFFu, shared_bound, 0));
-    const unsigned long long k2 = v2 > -INFINITY ? detail::pack_key(v2, token(i2)) : 0ull;
-    const unsigned long long k3 = v3 > -INFINITY ? detail::pack_key(v3, token(i3)) : 0ull;
-    append_candidates(c, acc.bound_hi, k1, k2, k3);
+  if (!by_bound) {
+    const unsigned long long k1 = v1 > -INFINITY ? detail::pack_key(v1, token(i1)) : 0ull;
+    if (k1 > acc.max_key) {
+      acc.max_key = k1;
+      acc.max_x = v1;
+    }
+    if (k.truncated) {
+      // The smallest key whose value exceeds v4 (the fourth value and any tie of it lie below).
+      const uint32_t lane_bound = v4 > -INFINITY ? detail::order_bits(v4) + 1u : 0u;
+      // A bound above the warp's own is valid too (the chunk reports the largest it used) and keeps
+      // fewer candidates: take the largest any warp of the chunk has reached.
+      const uint32_t own = max(acc.bound_hi, warp_max_u32(lane_bound));
+      uint32_t shared_bound = 0;
+      if (lane == 0)
+        shared_bound = own > acc.bound_hi ? atomicMax(c.bound_hi, own) : *static_cast<volatile uint32_t*>(c.bound_hi);
+      acc.bound_hi = max(own, __shfl_sync(0xFFFFFFFFu, shared_bound, 0));
+      const unsigned long long k2 = v2 > -INFINITY ? detail::pack_key(v2, token(i2)) : 0ull;
+      const unsigned long long k3 = v3 > -INFINITY ? detail::pack_key(v3, token(i3)) : 0ull;
+      append_candidates(c, acc.bound_hi, k1, k2, k3);
+    }
   }
 
   if (k.need_sum && acc.sum.rebase(v1, k.inv_t)) {
