@@ -16,7 +16,6 @@ trap 'tar czf "$OUT/variant_logs.tgz" -C /tmp sonic_variant_logs' EXIT
 all_variants=(
   "base::"
   "stages2:-DSONIC_FAST_STAGES=2:"
-  "bybound:-DSONIC_SCREEN_BY_BOUND=1:"
   "chunk2::SONIC_CUDA_TILES_PER_CHUNK=2"
   "chunk4::SONIC_CUDA_TILES_PER_CHUNK=4"
   "chunk8::SONIC_CUDA_TILES_PER_CHUNK=8"

@@ -23,6 +23,7 @@
 #include "cuda/prologue.cuh"
 #include "cuda/row_job.cuh"
 #include "cuda/tile_loader.cuh"
+#include "cuda/warp_reduce.cuh"
 
 namespace sonic::cuda {
 
@@ -49,31 +50,6 @@ __device__ __forceinline__ RowKind row_kind(const RowPrologue& pro, const RowJob
   return k;
 }
 
-__device__ __forceinline__ unsigned long long warp_max_u64(unsigned long long v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  return v;
-}
-__device__ __forceinline__ uint32_t warp_max_u32(uint32_t v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  return v;
-}
-__device__ __forceinline__ float warp_max_f32(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  return v;
-}
-__device__ __forceinline__ float warp_sum_f32(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-  return v;
-}
-__device__ __forceinline__ int warp_sum_i32(int v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-  return v;
-}
 __device__ __forceinline__ ArgMaxF warp_best(ArgMaxF v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
@@ -98,9 +74,9 @@ struct ExpSum {
   // Combines the 32 lanes' sums into a warp's (every lane gets it).
   __device__ __forceinline__ ExpSum warp_combine(float inv_t) const {
     ExpSum w;
-    w.max = warp_max_f32(max);
+    w.max = warp_max(max);
     const float part = (max > -INFINITY && w.max < INFINITY) ? sum * __expf((max - w.max) * inv_t) : 0.0f;
-    w.sum = warp_sum_f32(part);
+    w.sum = warp_sum(part);
     return w;
   }
 };
@@ -266,10 +242,6 @@ __device__ __forceinline__ void append_one(const ScreenContext& c, unsigned long
   if (keep) c.list[at] = key;
 }
 
-#ifndef SONIC_SCREEN_BY_BOUND
-#define SONIC_SCREEN_BY_BOUND 1  // measured (docs/perf-notes.md v3): B = 512 fp32 220 -> 175 us
-#endif
-#if SONIC_SCREEN_BY_BOUND
 // Register i of x, by a tree of selects on the bits of i (31 selects, no local memory).
 __device__ __forceinline__ float pick_register(const float (&x)[kGroupTokens], int i) {
   float a[16];
@@ -312,7 +284,6 @@ __device__ __forceinline__ bool screen_by_bound(const ScreenContext& c, const fl
   acc.bound_hi = max(acc.bound_hi, __shfl_sync(0xFFFFFFFFu, shared_bound, 0));
   return true;
 }
-#endif
 
 // Screens group g of a step (its slot in shared memory): the rules, then what the row kind needs,
 // into the lane's state.
@@ -358,17 +329,16 @@ __device__ __forceinline__ void screen_group(const ScreenContext& c, const StepS
     acc.valid += kGroupTokens;
   }
 
-  // The group's largest value; for truncated rows also its second and third, and a bound above its
-  // fourth value: the lane keeps three candidates, and everything else of the group lies below.
+  // The group's largest value. Truncated rows: by the running bound when it settles the group;
+  // otherwise by rank, the group's second and third values too and a bound above its fourth: the
+  // lane keeps three candidates, and everything else of the group lies below.
   float v1 = -INFINITY, v2 = -INFINITY, v3 = -INFINITY, v4 = -INFINITY;
   int i1 = 0, i2 = 0, i3 = 0;
-  bool by_bound = false;  // the group was screened by the running bound (v1 is then only its maximum)
-#if SONIC_SCREEN_BY_BOUND
-  by_bound = k.truncated && acc.bound_hi != 0 && screen_by_bound<D>(c, x, base, acc);
+  // Screened by the running bound (v1 is then only the group's maximum, for the sums).
+  const bool by_bound = k.truncated && acc.bound_hi != 0 && screen_by_bound<D>(c, x, base, acc);
   if (by_bound && k.need_sum)
 #pragma unroll
     for (int i = 0; i < kGroupTokens; ++i) v1 = fmaxf(v1, x[i]);
-#endif
   if (by_bound) {
     // done: candidates, largest key and bound
   } else if (k.truncated) {
@@ -404,7 +374,7 @@ __device__ __forceinline__ void screen_group(const ScreenContext& c, const StepS
       const uint32_t lane_bound = v4 > -INFINITY ? detail::order_bits(v4) + 1u : 0u;
       // A bound above the warp's own is valid too (the chunk reports the largest it used) and keeps
       // fewer candidates: take the largest any warp of the chunk has reached.
-      const uint32_t own = max(acc.bound_hi, warp_max_u32(lane_bound));
+      const uint32_t own = max(acc.bound_hi, warp_max(lane_bound));
       uint32_t shared_bound = 0;
       if (lane == 0)
         shared_bound = own > acc.bound_hi ? atomicMax(c.bound_hi, own) : *static_cast<volatile uint32_t*>(c.bound_hi);
@@ -460,9 +430,9 @@ __device__ __forceinline__ void screen_group(const ScreenContext& c, const StepS
 // The warp's state at the end of its chunk, reduced over its lanes (every lane gets it).
 __device__ __forceinline__ WarpSummary summarise_warp(const RowKind& k, const LaneScreen& acc) {
   WarpSummary s;
-  s.max_key = warp_max_u64(acc.max_key);
+  s.max_key = warp_max(acc.max_key);
   s.bound = static_cast<unsigned long long>(acc.bound_hi) << 32;
-  s.valid = warp_sum_i32(acc.valid);
+  s.valid = warp_sum(acc.valid);
   s.nan = __any_sync(0xFFFFFFFFu, acc.nan);
   const ExpSum sum = k.need_sum ? acc.sum.warp_combine(k.inv_t) : ExpSum{};
   const ExpSum raw = k.need_raw ? acc.raw.warp_combine(1.0f) : ExpSum{};

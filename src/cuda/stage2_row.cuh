@@ -66,12 +66,6 @@ __device__ __forceinline__ TileStat load_stat(const TileStat* p) {
   return t;
 }
 
-__device__ __forceinline__ double warp_sum_f64(double v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-  return v;
-}
-
 __device__ __forceinline__ int warp_inclusive_sum(int v) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
@@ -111,11 +105,11 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
       raw_max = fmaxf(raw_max, t[h].raw_max);
       win = better(win, ArgMaxF{t[h].win_score, t[h].win_token});
     }
-  max_key = warp_max_u64(max_key);
-  bound = warp_max_u64(bound);
-  valid = warp_sum_i32(valid);
+  max_key = warp_max(max_key);
+  bound = warp_max(bound);
+  valid = warp_sum(valid);
   nan = __any_sync(0xFFFFFFFFu, nan);
-  raw_max = warp_max_f32(raw_max);
+  raw_max = warp_max(raw_max);
   win = warp_best(win);
   const int incl0 = warp_inclusive_sum(count[0]);
   const int total0 = __shfl_sync(0xFFFFFFFFu, incl0, 31);
@@ -133,8 +127,8 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
       if (k.need_raw && t[h].raw_max > -INFINITY && raw_max < INFINITY)
         raw_sum += static_cast<double>(t[h].raw_sum) * exp(static_cast<double>(t[h].raw_max) - static_cast<double>(raw_max));
     }
-  sum = warp_sum_f64(sum);
-  raw_sum = warp_sum_f64(raw_sum);
+  sum = warp_sum(sum);
+  raw_sum = warp_sum(raw_sum);
   if (lane == 0) {
     sh.max_key = max_key;
     sh.bound = bound;
