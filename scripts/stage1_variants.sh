@@ -7,6 +7,9 @@
 # SONIC_VARIANTS (space-separated names) picks some of them; SONIC_VARIANT_BENCH overrides the
 # benchmark's arguments; SONIC_VARIANT_TESTS (a gtest filter) runs those tests on each variant;
 # SONIC_BASE_BUILD names an existing build of the plain flags to reuse (device_check.sh's build-gpu).
+# A variant whose flags are "@DIR" builds the source tree in DIR instead (an earlier commit, say:
+#   git archive HEAD~1 | (mkdir -p .base && tar x -C .base), then carry .base), so that old and new
+# kernels are timed side by side in one run; SONIC_VARIANTS_EXTRA adds such variants to the list.
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -22,10 +25,14 @@ all_variants=(
   "chunk16::SONIC_CUDA_TILES_PER_CHUNK=16"
 )
 variants=()
+read -r -a extra <<<"${SONIC_VARIANTS_EXTRA:-}"
+all_variants+=("${extra[@]}")
 for v in "${all_variants[@]}"; do
   [[ -z "${SONIC_VARIANTS:-}" || " $SONIC_VARIANTS " == *" ${v%%:*} "* ]] && variants+=("$v")
 done
 build_dir() { local flags=$1; [ -z "$flags" ] && echo "${SONIC_BASE_BUILD:-build-var-base}" || echo "build-var-$(echo "$flags" | md5sum | cut -c1-8)"; }
+source_dir() { [[ $1 == @* ]] && echo "${1#@}" || echo .; }
+cuda_flags() { [[ $1 == @* ]] && echo "" || echo "$1"; }
 gtest=()
 [ -d .deps/googletest ] && gtest=(-DSONIC_GTEST_SOURCE_DIR="$PWD/.deps/googletest")
 declare -A builds=()
@@ -35,8 +42,9 @@ for v in "${variants[@]}"; do
 done
 for dir in "${!builds[@]}"; do
   flags=${builds[$dir]}
-  ( cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-      -DCMAKE_CUDA_FLAGS="$flags" "${gtest[@]}" >"$L/configure_${dir}.log" 2>&1 &&
+  [ -x "$dir/bench/sonic_bench" ] && [ "$dir" == "${SONIC_BASE_BUILD:-}" ] && continue  # reused as it is
+  ( cmake -S "$(source_dir "$flags")" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -DCMAKE_CUDA_FLAGS="$(cuda_flags "$flags")" "${gtest[@]}" >"$L/configure_${dir}.log" 2>&1 &&
     cmake --build "$dir" -j$((16 / ${#builds[@]})) --target sonic_bench sonic_gpu_tests >"$L/build_${dir}.log" 2>&1 ) &
 done
 wait

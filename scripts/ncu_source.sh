@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Where the fast kernel's time goes, line by line: a -lineinfo build, then per batch size ncu's
+# kernel durations (fast and exact kernels), its throughput/occupancy/stall sections and the sampled
+# warp stalls per CUDA source line (SourceCounters), summed and the top lines printed. Run through
+# the device tool from the repo root with .deps carried:
+#   scripts/ncu_source.sh        SONIC_NCU_B (default "1 512"), SONIC_PROFILE_CASE, SONIC_NCU_DTYPE
+# The per-line tables come back in $OUT/source_tables.tgz.
+set -uo pipefail
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+L=/tmp/sonic_source
+rm -rf "$L" && mkdir -p "$L"
+trap 'tar czf "$OUT/source_tables.tgz" -C /tmp sonic_source' EXIT
+gtest=()
+[ -d .deps/googletest ] && gtest=(-DSONIC_GTEST_SOURCE_DIR="$PWD/.deps/googletest")
+cmake -S . -B build-gpu-lineinfo -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DCMAKE_CUDA_FLAGS=-lineinfo "${gtest[@]}" >"$L/configure.log" 2>&1 || { echo "configure FAILED"; exit 1; }
+cmake --build build-gpu-lineinfo -j16 --target sonic_bench >"$L/build.log" 2>&1 ||
+  { echo "build FAILED"; grep error "$L/build.log" | head -20; exit 1; }
+bench=build-gpu-lineinfo/bench/sonic_bench
+case_=${SONIC_PROFILE_CASE:-homog-peaked}
+dtype=${SONIC_NCU_DTYPE:-fp32}
+for b in ${SONIC_NCU_B:-1 512}; do
+  args=(--out /tmp/ncu_src.jsonl --B "$b" --V 151936 --dtype "$dtype" --case "$case_")
+  echo "== B=$b $case_ $dtype: kernel durations (us)"
+  ncu --clock-control none --metrics gpu__time_duration.sum -k regex:"fast_sample|exact_sample" -s 4 -c 6 \
+    "$bench" "${args[@]}" >"$L/durations_B$b.log" 2>&1
+  grep -E "sample_kernel|gpu__time_duration" "$L/durations_B$b.log" | paste - - |
+    sed -E 's/.*(fast_sample_kernel|exact_sample_kernel).*gpu__time_duration.sum +([a-z]+) +([0-9.,]+).*/\1 \3 \2/' | head -6
+  ncu --clock-control none -k regex:fast_sample -s 2 -c 1 --section SpeedOfLight --section Occupancy \
+    --section WarpStateStats --section SchedulerStats --section SourceCounters --import-source yes \
+    -f -o "$L/rep_B$b" "$bench" "${args[@]}" >"$L/ncu_B$b.log" 2>&1
+  ncu -i "$L/rep_B$b.ncu-rep" --page details >"$L/details_B$b.txt" 2>&1
+  grep -E "Duration|DRAM Throughput|Achieved Occupancy|Issued Warp|No Eligible|Warp Cycles Per Issued" "$L/details_B$b.txt" | head -10
+  ncu -i "$L/rep_B$b.ncu-rep" --page source --csv --print-source cuda >"$L/cuda_lines_B$b.csv" 2>&1
+  ncu -i "$L/rep_B$b.ncu-rep" --page source --csv --print-source sass >"$L/sass_B$b.csv" 2>&1
+  rm -f "$L/rep_B$b.ncu-rep"
+  python3 scripts/ncu_lines.py "$L/cuda_lines_B$b.csv" 45
+done
