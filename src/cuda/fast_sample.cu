@@ -20,6 +20,8 @@ namespace {
 #endif
 // The stage-1 slots and stage 2's workspace share the block's dynamic shared memory (stage 2 starts
 // once every copy has landed).
+// Stage 2 must not need more than stage 1's slots, or fewer blocks would fit an SM.
+static_assert(sizeof(Stage2Shared) <= kStageBytes<DType::kF32>, "stage 2's shared memory outgrows the stage-1 slots");
 template <DType D>
 constexpr size_t kFastSharedBytes = kStageBytes<D> > sizeof(Stage2Shared) ? kStageBytes<D> : sizeof(Stage2Shared);
 
@@ -40,7 +42,7 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
   if (job.top_k.k > 0) {  // Sampler::top_k: raw logits, no request
     RowPrologue pro;
     RowKind kind;
-    top_k_prologue(&pro, &kind);
+    top_k_prologue(&pro, &kind, job.top_k.k);
     if (stage1_chunk<D>(job, r, chunk, 0, pro, kind, row, vec_ok, slots, s1, &last)) top_k_row(job, r, kind, s2);
     return;
   }

@@ -34,6 +34,8 @@ struct RowKind {
   bool need_sum;     // sum of exp((x - max) / T) over the row: top-p mass on all tokens, logprobs
   bool need_raw;     // raw logprob mode: max and sum of exp over the input logits
   float inv_t;       // 1 / T for the sums (greedy rows: T = 1)
+  int32_t top_k;     // truncated rows with 0 < top_k <= kFastThreads: the bound may rise to the k-th
+                     // largest of the chunk's lane maxima (raise_by_top_k); otherwise 0
 };
 
 __device__ __forceinline__ RowKind row_kind(const RowPrologue& pro, const RowJob& job, int32_t V) {
@@ -42,11 +44,13 @@ __device__ __forceinline__ RowKind row_kind(const RowPrologue& pro, const RowJob
   RowKind k;
   k.truncated = !pro.greedy && (top_k_on || p.top_p < 1.0f || p.min_p > 0.0f);
   k.untruncated = !pro.greedy && !k.truncated;
-  const bool want_lp = job.out.logprob != nullptr;
+  // Logprobs of the token or of the top N need the mode's sums.
+  const bool want_lp = job.out.logprob != nullptr || (job.out.top_ids != nullptr && p.top_n > 0);
   k.need_sum = (k.truncated && p.top_p < 1.0f && ((p.flags & kSlotTopPJoint) || (!top_k_on && p.min_p <= 0.0f))) ||
                (want_lp && job.mode != LogprobMode::kRaw);
   k.need_raw = want_lp && job.mode == LogprobMode::kRaw;
   k.inv_t = pro.greedy ? 1.0f : 1.0f / p.temperature;
+  k.top_k = k.truncated && top_k_on && p.top_k <= kFastThreads ? p.top_k : 0;
   return k;
 }
 
@@ -91,6 +95,7 @@ struct LaneScreen {
   ExpSum sum;                      // need_sum, over x
   ExpSum raw;                      // need_raw, over the input logits
   ArgMaxF win{0.0f, -1};           // untruncated rows
+  uint32_t published = 0;          // top-k rows: the lane maximum last written to Stage1Shared::lane_max
 };
 
 // One warp's results, combined by the block into its TileStat.
@@ -108,6 +113,7 @@ struct Stage1Shared {
   WarpSummary warp[kFastWarps];
   int32_t count;      // candidates appended by the chunk
   uint32_t bound_hi;  // the largest warp bound so far (high word), which every warp may use
+  uint32_t lane_max[kFastThreads];  // top-k rows: each lane's largest key so far (high word; 0: none)
 };
 
 // Keys at or above a bound: the 0 key (no token) never is.
@@ -178,6 +184,7 @@ struct ScreenContext {
   unsigned long long* list;  // the chunk's candidate region
   int32_t* count;            // shared: candidates appended so far
   uint32_t* bound_hi;        // shared: the chunk's running bound
+  uint32_t* lane_max;        // shared: Stage1Shared::lane_max
 };
 
 // Steps 1-4 on one group of a lane (x: the input logits of its 32 registers; mask_word, seen_word:
@@ -185,9 +192,11 @@ struct ScreenContext {
 // history nor drafted only need the bitmask and the allowed-list test; the others ("special") take
 // the whole rule, one at a time, with the parameters read afresh (a rare path that should hold no
 // registers across the screen).
+// Returns the lane's special registers (bit i: register i), the only ones whose x may differ from
+// the input logit.
 template <DType D>
-__device__ __forceinline__ void apply_rules(const ScreenContext& c, uint32_t mask_word, uint32_t seen_word,
-                                            int32_t base, SpecialTokens& special_tokens, float (&x)[kGroupTokens]) {
+__device__ __forceinline__ uint32_t apply_rules(const ScreenContext& c, uint32_t mask_word, uint32_t seen_word,
+                                                int32_t base, SpecialTokens& special_tokens, float (&x)[kGroupTokens]) {
   const RowPrologue& pro = *c.pro;
   const SlotTableView& tab = c.job->table;
   const int lane = threadIdx.x & 31;
@@ -198,9 +207,9 @@ __device__ __forceinline__ void apply_rules(const ScreenContext& c, uint32_t mas
 #pragma unroll
   for (int i = 0; i < kGroupTokens; ++i)
     if (!((special >> i) & 1u) && !((allow >> i) & 1u)) x[i] = -INFINITY;
-  while (special) {
-    const int i = __ffs(special) - 1;
-    special &= special - 1;
+  for (uint32_t rest = special; rest;) {
+    const int i = __ffs(rest) - 1;
+    rest &= rest - 1;
     float xi = x[0];
 #pragma unroll
     for (int j = 1; j < kGroupTokens; ++j) xi = j == i ? x[j] : xi;
@@ -210,6 +219,7 @@ __device__ __forceinline__ void apply_rules(const ScreenContext& c, uint32_t mas
 #pragma unroll
     for (int j = 0; j < kGroupTokens; ++j) x[j] = j == i ? xi : x[j];
   }
+  return special;
 }
 
 // Appends the warp's keys at or above its running bound to the chunk's candidates.
@@ -231,17 +241,6 @@ __device__ __forceinline__ void append_candidates(const ScreenContext& c, uint32
   if (c3) c.list[at + __popc(b1) + __popc(b2) + __popc(b3 & below)] = k3;
 }
 
-// Appends `key` where `keep`, one shared atomic a warp (every lane calls it together).
-__device__ __forceinline__ void append_one(const ScreenContext& c, unsigned long long key, bool keep) {
-  const int lane = threadIdx.x & 31;
-  const unsigned ballot = __ballot_sync(0xFFFFFFFFu, keep);
-  if (!ballot) return;
-  int at = 0;
-  if (lane == 0) at = atomicAdd(c.count, __popc(ballot));
-  at = __shfl_sync(0xFFFFFFFFu, at, 0) + __popc(ballot & ((1u << lane) - 1u));
-  if (keep) c.list[at] = key;
-}
-
 // Register i of x, by a tree of selects on the bits of i (31 selects, no local memory).
 __device__ __forceinline__ float pick_register(const float (&x)[kGroupTokens], int i) {
   float a[16];
@@ -256,33 +255,101 @@ __device__ __forceinline__ float pick_register(const float (&x)[kGroupTokens], i
   return (i & 16) ? a[1] : a[0];
 }
 
+// The input logit of register i of group g in the step's slot (a dynamic index into shared memory,
+// where the registers could only be indexed by a tree of selects).
+template <DType D>
+__device__ __forceinline__ float slot_value(const StepSlot<D>& slot, int g, int i) {
+  using L = StepLayout<D>;
+  const char* piece = reinterpret_cast<const char*>(&slot.v[g * L::kGroupLoads + i / L::kWidth][threadIdx.x & 31]);
+  if constexpr (D == DType::kF32) return *reinterpret_cast<const float*>(piece + (i % L::kWidth) * 4);
+  else return decode_half<D>(*reinterpret_cast<const unsigned short*>(piece + (i % L::kWidth) * 2));
+}
+
 // A truncated group screened by the warp's running bound (bound_hi != 0): every token at or above
 // it is a candidate. When no lane holds four or more of them, each lane's fourth value lies below
 // the bound already, so the bound stays valid and those tokens are exactly the lane's largest keys
 // at or above it: two operations a token find them, and a loop with one append site takes them out
-// (at most three rounds). Returns false, having done nothing, when some lane holds four or more:
-// the rank screen must raise the bound.
+// (at most three rounds), reading each value back from the slot (x differs from the input logit
+// only in special registers, which a rare branch picks from x). Returns false, having done nothing,
+// when some lane holds four or more: the rank screen must raise the bound.
 template <DType D>
-__device__ __forceinline__ bool screen_by_bound(const ScreenContext& c, const float (&x)[kGroupTokens], int32_t base,
+__device__ __forceinline__ bool screen_by_bound(const ScreenContext& c, const StepSlot<D>& slot, int g,
+                                                const float (&x)[kGroupTokens], uint32_t special, int32_t base,
                                                 LaneScreen& acc) {
   const int lane = threadIdx.x & 31;
   const float bv = detail::order_bits_to_float(acc.bound_hi);  // key >= bound <=> x >= bv (NaN: never)
   uint32_t hit = 0;
 #pragma unroll
   for (int i = 0; i < kGroupTokens; ++i) hit |= (x[i] >= bv ? 1u : 0u) << i;
-  if (__any_sync(0xFFFFFFFFu, __popc(hit) > 3)) return false;
-  while (__any_sync(0xFFFFFFFFu, hit != 0)) {
-    const bool p = hit != 0;
-    const int i = p ? __ffs(hit) - 1 : 0;
-    hit &= hit - 1;
-    const unsigned long long key = p ? detail::pack_key(pick_register(x, i), StepLayout<D>::token(base, lane, i)) : 0ull;
-    acc.max_key = max(acc.max_key, key);
-    append_one(c, key, p);
+  const int n = __popc(hit);
+  if (__any_sync(0xFFFFFFFFu, n > 3)) return false;
+  // One shared atomic for the warp's hits (at most 3 a lane: two ballots give the lanes' offsets),
+  // then each lane writes its own.
+  const unsigned b0 = __ballot_sync(0xFFFFFFFFu, n & 1), b1 = __ballot_sync(0xFFFFFFFFu, n & 2);
+  const int total = __popc(b0) + 2 * __popc(b1);
+  if (total) {
+    int at = 0;
+    if (lane == 0) at = atomicAdd(c.count, total);
+    const unsigned below = (1u << lane) - 1u;
+    at = __shfl_sync(0xFFFFFFFFu, at, 0) + __popc(b0 & below) + 2 * __popc(b1 & below);
+    auto write_hits = [&](auto value_of) {
+      while (hit) {
+        const int i = __ffs(hit) - 1;
+        hit &= hit - 1;
+        const unsigned long long key = detail::pack_key(value_of(i), StepLayout<D>::token(base, lane, i));
+        acc.max_key = max(acc.max_key, key);
+        c.list[at++] = key;
+      }
+    };
+    if (__any_sync(0xFFFFFFFFu, (hit & special) != 0))  // rare: a special token's x is not the input
+      write_hits([&](int i) { return (special >> i) & 1u ? pick_register(x, i) : slot_value<D>(slot, g, i); });
+    else
+      write_hits([&](int i) { return slot_value<D>(slot, g, i); });
   }
   uint32_t shared_bound = 0;  // what the chunk's other warps have reached
   if (lane == 0) shared_bound = *static_cast<volatile uint32_t*>(c.bound_hi);
   acc.bound_hi = max(acc.bound_hi, __shfl_sync(0xFFFFFFFFu, shared_bound, 0));
   return true;
+}
+
+// Top-k rows: the bound may rise to any value that at least k tokens of the row reach, since the
+// kept set lies inside the row's top k and so above it. The lanes' maxima are distinct tokens of
+// the row: each lane publishes its own to shared memory, and the warp raises its bound to the
+// largest value that k of the chunk's published maxima reach, found by bisection on the key's high
+// word with ballots (a stale maximum read from another warp is still one of that lane's tokens).
+__device__ __forceinline__ void raise_by_top_k(const ScreenContext& c, int32_t top_k, LaneScreen& acc) {
+  const int lane = threadIdx.x & 31;
+  const uint32_t mine = static_cast<uint32_t>(acc.max_key >> 32);
+  if (mine != acc.published) {  // it only grows; an atomic, as other warps read it meanwhile
+    atomicMax(c.lane_max + threadIdx.x, mine);
+    acc.published = mine;
+  }
+  __syncwarp();
+  uint32_t v[kFastWarps];
+#pragma unroll
+  for (int w = 0; w < kFastWarps; ++w) v[w] = static_cast<volatile uint32_t*>(c.lane_max)[w * 32 + lane];
+  auto reach = [&](uint32_t u) {  // published maxima at or above u (one warp reduction)
+    unsigned n = 0;
+#pragma unroll
+    for (int w = 0; w < kFastWarps; ++w) n += v[w] >= u;
+    return static_cast<int>(__reduce_add_sync(0xFFFFFFFFu, n));
+  };
+  uint32_t lo = max(acc.bound_hi, 1u);  // 0 marks no maximum
+  if (reach(lo) < top_k) return;
+  uint32_t top = v[0];
+#pragma unroll
+  for (int w = 1; w < kFastWarps; ++w) top = max(top, v[w]);
+  uint32_t hi = warp_max(top) + 1u;  // reach(hi) = 0
+#pragma unroll 1
+  for (int it = 0; it < 7 && hi - lo > 1u; ++it) {  // reach(lo) >= k > reach(hi)
+    const uint32_t mid = lo + ((hi - lo) >> 1);
+    if (reach(mid) >= top_k) lo = mid;
+    else hi = mid;
+  }
+  if (lo > acc.bound_hi) {
+    acc.bound_hi = lo;
+    if (lane == 0) atomicMax(c.bound_hi, lo);
+  }
 }
 
 // Screens group g of a step (its slot in shared memory): the rules, then what the row kind needs,
@@ -319,7 +386,8 @@ __device__ __forceinline__ void screen_group(const ScreenContext& c, const StepS
       acc.raw.sum += sum;
     }
   }
-  if (pro.has_rules) apply_rules<D>(c, slot.mask[g][lane], slot.seen[g][lane], base, special_tokens, x);
+  uint32_t special = 0;
+  if (pro.has_rules) special = apply_rules<D>(c, slot.mask[g][lane], slot.seen[g][lane], base, special_tokens, x);
   if (pro.has_rules || !clean) {
     int valid = 0;
 #pragma unroll
@@ -335,7 +403,7 @@ __device__ __forceinline__ void screen_group(const ScreenContext& c, const StepS
   float v1 = -INFINITY, v2 = -INFINITY, v3 = -INFINITY, v4 = -INFINITY;
   int i1 = 0, i2 = 0, i3 = 0;
   // Screened by the running bound (v1 is then only the group's maximum, for the sums).
-  const bool by_bound = k.truncated && acc.bound_hi != 0 && screen_by_bound<D>(c, x, base, acc);
+  const bool by_bound = k.truncated && acc.bound_hi != 0 && screen_by_bound<D>(c, slot, g, x, special, base, acc);
   if (by_bound && k.need_sum)
 #pragma unroll
     for (int i = 0; i < kGroupTokens; ++i) v1 = fmaxf(v1, x[i]);
@@ -494,6 +562,7 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
     sh.count = 0;
     sh.bound_hi = 0;
   }
+  sh.lane_max[threadIdx.x] = 0;
   // The first steps' logits are in flight; their bitmap words follow now that the request is known
   // (plain loads: they belong to no commit group).
   const bool bitmaps = mask_row || seen_row;
@@ -511,6 +580,7 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
   c.list = f.cands + static_cast<int64_t>(r) * f.cand_stride + static_cast<int64_t>(chunk) * f.chunk_capacity;
   c.count = &sh.count;
   c.bound_hi = &sh.bound_hi;
+  c.lane_max = sh.lane_max;
   SpecialTokens special;
   if (pro.has_rules) special.init(tab, pro, warp_step_base<D>(cr.first));
   LaneScreen acc;
@@ -528,6 +598,7 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
 #pragma unroll
     for (int g = 0; g < StepLayout<D>::kGroups; ++g)
       screen_group<D>(c, cur, g, warp_step_base<D>(cr.first + i) + g * 32 * kGroupTokens, special, acc);
+    if (k.top_k && i + 1 < steps) raise_by_top_k(c, k.top_k, acc);  // a bound for the steps to come
   }
 
   const WarpSummary s = summarise_warp(k, acc);

@@ -36,6 +36,8 @@ struct Stage2Shared {
     unsigned long long staged[kGatherCap];  // z keys of the prefix, unordered
     double cum[kGatherCap];                 // inclusive sums of exp(z - z_max) along `sorted`
   };
+  unsigned long long staged_x[kGatherCap];  // raw-mode ranks: the x keys of `staged`
+  unsigned long long sorted_x[kGatherCap];  // and of `sorted`
   int32_t cand_off[kMaxChunks];             // chunk c's candidates are [cand_off[c], cand_off[c] + count)
   int32_t chunks;
   unsigned long long max_key;             // x keys
@@ -49,7 +51,8 @@ struct Stage2Shared {
   int32_t n_all;   // candidates of every chunk
   int32_t n_bound; // of them at or above the row's bound
   int32_t n;       // keys of the sorted prefix
-  int32_t flag_exact;
+  int32_t at;      // index of the row's token in `sorted`
+  int32_t rank;
   int32_t token;
   int32_t kept;
   double kept_sum;
@@ -227,15 +230,33 @@ __device__ __forceinline__ void warp_append(unsigned long long* dst, int* n, int
   if (keep && at < cap) dst[at] = key;
 }
 
+// warp_append of a pair: `key` to dst and `key2` to dst2 at the same place.
+__device__ __forceinline__ void warp_append2(unsigned long long* dst, unsigned long long* dst2, int* n, int cap,
+                                             unsigned long long key, unsigned long long key2, bool keep) {
+  const int lane = threadIdx.x & 31;
+  const unsigned ballot = __ballot_sync(0xFFFFFFFFu, keep);
+  if (!ballot) return;
+  int at = 0;
+  if (lane == 0) at = atomicAdd(n, __popc(ballot));
+  at = __shfl_sync(0xFFFFFFFFu, at, 0) + __popc(ballot & ((1u << lane) - 1u));
+  if (keep && at < cap) {
+    dst[at] = key;
+    dst2[at] = key2;
+  }
+}
+
 // Calls f(key, listed) for the row's candidates in batches of independent loads, `listed` telling
 // whether the key is at or above the row's bound; the lanes of a warp call it together. Candidate i
-// of the row lies in the chunk c with cand_off[c] <= i < cand_off[c + 1].
+// of the row lies in the chunk c with cand_off[c] <= i < cand_off[c + 1]; a thread's indices only
+// grow, so it finds their chunks by walking forward (about one step a batch entry at B = 1, where
+// a chunk holds about 100 candidates), not by a search each.
 template <class F>
 __device__ __forceinline__ void for_each_listed(const RowJob& job, int32_t r, const Stage2Shared& sh, F&& f) {
   const unsigned long long bound = sh.bound;
   const int n_all = sh.n_all, chunks = sh.chunks;
   const unsigned long long* list = job.fast.cands + static_cast<int64_t>(r) * job.fast.cand_stride;
   constexpr int kBatch = 4;
+  int c = 0, c_off = 0, next_off = chunks > 1 ? sh.cand_off[1] : 0x7FFFFFFF;
   for (int base = threadIdx.x; base - (threadIdx.x & 31) < n_all; base += kBatch * kFastThreads) {
     unsigned long long key[kBatch];
 #pragma unroll
@@ -243,12 +264,12 @@ __device__ __forceinline__ void for_each_listed(const RowJob& job, int32_t r, co
       const int i = base + b * kFastThreads;
       key[b] = 0ull;
       if (i < n_all) {
-        int lo = 0, hi = chunks - 1;  // the last chunk whose offset is <= i
-        while (lo < hi) {
-          const int mid = (lo + hi + 1) >> 1;
-          if (sh.cand_off[mid] <= i) lo = mid; else hi = mid - 1;
+        while (i >= next_off) {  // chunk c + 1 starts at or before i
+          ++c;
+          c_off = next_off;
+          next_off = c + 1 < chunks ? sh.cand_off[c + 1] : 0x7FFFFFFF;
         }
-        key[b] = __ldcg(list + static_cast<int64_t>(lo) * job.fast.chunk_capacity + (i - sh.cand_off[lo]));
+        key[b] = __ldcg(list + static_cast<int64_t>(c) * job.fast.chunk_capacity + (i - c_off));
       }
     }
 #pragma unroll
@@ -262,8 +283,9 @@ __device__ __forceinline__ void for_each_listed(const RowJob& job, int32_t r, co
 // z > z(tau). With want > 0, tau rises so that about want + kTopKSlack keys remain (a histogram of
 // the candidates' distances below the maximum mx); tokens below `cut` are left out as well. sh.n
 // above kGatherCap means the prefix did not fit (nothing is sorted then). The candidates at or above
-// the bound are read from the list once, into shared memory, when they fit (the common case).
-__device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, int32_t want, float cut,
+// the bound are read from the list once, into shared memory, when they fit (the common case). With
+// with_x, sh.sorted_x[i] holds the x key of sh.sorted[i].
+__device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, int32_t want, float cut, bool with_x,
                                Stage2Shared& sh) {
   const int tid = threadIdx.x;
   const unsigned long long bound = sh.bound;
@@ -330,7 +352,10 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
   const float zl = tau > -INFINITY ? detail::apply_temperature(tau, T) : -INFINITY;
   for_each_candidate([&](unsigned long long key, bool listed) {
     const float z = detail::apply_temperature(detail::key_value(key), T);
-    warp_append(sh.staged, &sh.n, kGatherCap, detail::pack_key(z, detail::key_token(key)), listed && z > zl && !(z < cut));
+    const unsigned long long zkey = detail::pack_key(z, detail::key_token(key));
+    const bool keep = listed && z > zl && !(z < cut);
+    if (with_x) warp_append2(sh.staged, sh.staged_x, &sh.n, kGatherCap, zkey, key, keep);
+    else warp_append(sh.staged, &sh.n, kGatherCap, zkey, keep);
   });
   __syncthreads();
   const int n = sh.n;
@@ -341,10 +366,80 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
       int pos = 0;
       for (int j = 0; j < n; ++j) pos += sh.staged[j] > key;
       sh.sorted[pos] = key;
+      if (with_x) sh.sorted_x[pos] = sh.staged_x[i];
     }
   }
   __syncthreads();
   return zl;
+}
+
+// The top-N entries a row asks for (at most the outputs' stride).
+__device__ __forceinline__ int top_count(const RowOutputs& out, const SlotParams& p) {
+  return out.top_ids ? static_cast<int>(min(static_cast<int64_t>(p.top_n), out.top_stride)) : 0;
+}
+
+// The rank and top-N of `token` in the call's mode from the sorted prefix sh.sorted[0, sh.n) of a
+// truncated row (SPEC.md section 2 outputs; the exact path's write_logprobs computes the same from
+// the whole row). Every token outside the prefix scores below every token inside it in the
+// processed mode, and in the raw mode when x is the input logit (sh.sorted_x then holds the x
+// keys), so counts and orders over the prefix are the row's: a token t with score >= the kept
+// token's lies inside it. The caller checked that the prefix holds the top N (or the whole row).
+// The whole block calls it.
+__device__ void write_prefix_ranks(const RowJob& job, int32_t r, const RowPrologue& pro, int32_t token, int kept,
+                                   double kept_sum, float zm, Stage2Shared& sh) {
+  const RowOutputs& out = job.out;
+  const int tid = threadIdx.x;
+  const int n = sh.n;
+  const bool raw = job.mode == LogprobMode::kRaw, final_mode = job.mode == LogprobMode::kFinal;
+  // The mode's score of prefix entry i, and its logprob.
+  auto score = [&](int i) { return detail::key_value(raw ? sh.sorted_x[i] : sh.sorted[i]); };
+  auto logprob = [&](int i) {
+    if (raw) return static_cast<float>(static_cast<double>(score(i)) - static_cast<double>(sh.raw_max) - log(sh.raw_sum));
+    const double norm = final_mode ? kept_sum : sh.sum_all;
+    return static_cast<float>(static_cast<double>(score(i)) - static_cast<double>(zm) - log(norm));
+  };
+  const int scope = final_mode ? kept : n;  // entries with a finite score in the mode
+  if (tid == 0) {
+    sh.at = -1;
+    sh.rank = 0;
+  }
+  __syncthreads();
+  for (int i = tid; i < kept; i += kFastThreads)
+    if (detail::key_token(sh.sorted[i]) == token) sh.at = i;
+  __syncthreads();
+  if (out.rank) {  // vLLM's rule: the tokens whose logprob is >= the token's
+    const float s = sh.at >= 0 ? score(sh.at) : INFINITY;  // the token is always kept
+    int c = 0;
+    for (int i = tid; i < scope; i += kFastThreads) c += score(i) >= s;
+    c = warp_sum(c);
+    if ((tid & 31) == 0 && c) atomicAdd(&sh.rank, c);
+    __syncthreads();
+    if (tid == 0) out.rank[r] = sh.rank;
+  }
+  if (!out.top_ids) return;
+  const int m = min(top_count(out, pro.p), final_mode ? kept : min(n, sh.valid));
+  int32_t* ids = out.top_ids + r * out.top_stride;
+  float* lps = out.top_logprobs + r * out.top_stride;
+  if (raw) {  // the prefix is in z order: place the entries by their x order
+    for (int i = tid; i < n; i += kFastThreads) {
+      const unsigned long long key = sh.sorted_x[i];
+      int pos = 0;
+      for (int j = 0; j < n && pos < m; ++j) pos += sh.sorted_x[j] > key;
+      if (pos < m) {
+        ids[pos] = detail::key_token(key);
+        lps[pos] = logprob(i);
+      }
+    }
+  } else {
+    for (int i = tid; i < m; i += kFastThreads) {
+      ids[i] = detail::key_token(sh.sorted[i]);
+      lps[i] = logprob(i);
+    }
+  }
+  for (int64_t i = m + tid; i < out.top_stride; i += kFastThreads) {
+    ids[i] = -1;
+    lps[i] = -INFINITY;
+  }
 }
 
 // Stage 2 for row r (the whole block).
@@ -371,8 +466,12 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
 
   const unsigned long long max_key = sh.max_key;
   const float mx = max_key ? detail::key_value(max_key) : -INFINITY;
-  const bool want_lp = out.logprob != nullptr;
-  bool exact = max_key == 0 || mx == INFINITY || out.rank != nullptr || (out.top_ids != nullptr && p.top_n > 0) ||
+  const bool want_lp = out.logprob != nullptr || (out.top_ids != nullptr && p.top_n > 0);
+  // Ranks and top-N come from the sorted prefix of truncated rows (prefix_ranks); raw-mode ones only
+  // where x is the input logit everywhere (no rules). Other rows take the exact path for them.
+  const bool want_ranks = out.rank != nullptr || (out.top_ids != nullptr && p.top_n > 0);
+  const bool prefix_ranks = want_ranks && k.truncated && (job.mode != LogprobMode::kRaw || !pro.has_rules);
+  bool exact = max_key == 0 || mx == INFINITY || (want_ranks && !prefix_ranks) ||
                (want_lp && job.mode == LogprobMode::kRaw && !(sh.raw_max > -INFINITY && sh.raw_max < INFINITY));
   if (k.untruncated && ((out.final_ids && sh.valid <= out.final_capacity) || sh.win.token < 0)) exact = true;
   // Verification of a random request needs p_j as a list: untruncated rows take the exact path.
@@ -392,13 +491,22 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     kept = sh.valid;
     kept_sum = sh.sum_all;
   } else if (!exact) {
-    // Min-p: tokens below the cut never survive, so the prefix stops there too.
-    const float cut = p.min_p > 0.0f ? __double2float_ru(static_cast<double>(zm) + log(static_cast<double>(p.min_p)))
-                                     : -INFINITY;
+    // Min-p: tokens below the cut never survive, so the prefix stops there too, unless it must hold
+    // the top N in the processed or raw mode (which every valid token may enter); top-k rows sort
+    // about k keys, or N.
+    const bool top_beyond_kept = prefix_ranks && job.mode != LogprobMode::kFinal && top_count(out, p) > 0;
+    const float cut = p.min_p > 0.0f && !top_beyond_kept
+                          ? __double2float_ru(static_cast<double>(zm) + log(static_cast<double>(p.min_p)))
+                          : -INFINITY;
     const bool top_k_on = p.top_k > 0 && p.top_k < V;
-    const float zl = gather_prefix(job, r, mx, T, top_k_on ? p.top_k : 0, cut, sh);
+    const int32_t want = top_k_on ? max(p.top_k, top_beyond_kept ? top_count(out, p) : 0) : 0;
+    const bool with_x = prefix_ranks && job.mode == LogprobMode::kRaw;
+    const float zl = gather_prefix(job, r, mx, T, want, cut, with_x, sh);
     const int n = sh.n;
-    if (n > kGatherCap) {
+    // The top N in the processed and raw modes must lie in the prefix (the final mode's are kept).
+    const bool top_beyond = prefix_ranks && job.mode != LogprobMode::kFinal && out.top_ids != nullptr &&
+                            n < min(top_count(out, p), sh.valid);
+    if (n > kGatherCap || top_beyond) {
       exact = true;
     } else {
       double e[kScanItems];
@@ -468,7 +576,8 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
       probs[i] = prob;
     }
   }
-  if (out.top_ids)  // every row here has top_n == 0: padding only
+  if (prefix_ranks) write_prefix_ranks(job, r, pro, token, kept, kept_sum, zm, sh);
+  else if (out.top_ids)  // top_n == 0: padding only
     for (int64_t i = tid; i < out.top_stride; i += kFastThreads) {
       out.top_ids[r * out.top_stride + i] = -1;
       out.top_logprobs[r * out.top_stride + i] = -INFINITY;
@@ -566,6 +675,8 @@ __device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro
       stop = 1;
     }
   }
+  // Rows that ask for ranks or the top N reach here only when the prefix decides them (stage2_row).
+  if (job.out.rank || (job.out.top_ids && p.top_n > 0)) write_prefix_ranks(job, r, pro, emit, kept, kept_sum, zm, sh);
   if (tid == 0) {
     if (job.out.logprob) {
       const size_t elem = job.dtype == DType::kF32 ? 4 : 2;

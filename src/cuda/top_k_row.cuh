@@ -10,8 +10,8 @@
 
 namespace sonic::cuda {
 
-// The row "parameters" of a top-k call: nothing but T = 1.
-__device__ __forceinline__ void top_k_prologue(RowPrologue* pro, RowKind* kind) {
+// The row "parameters" of a top-k call of k tokens: nothing but T = 1.
+__device__ __forceinline__ void top_k_prologue(RowPrologue* pro, RowKind* kind, int32_t k) {
   pro->p = SlotParams{};
   pro->p.temperature = 1.0f;
   pro->p.top_p = 1.0f;
@@ -28,6 +28,7 @@ __device__ __forceinline__ void top_k_prologue(RowPrologue* pro, RowKind* kind) 
   kind->need_sum = false;
   kind->need_raw = false;
   kind->inv_t = 1.0f;
+  kind->top_k = k <= kFastThreads ? k : 0;
 }
 
 __device__ void top_k_row(const RowJob& job, int32_t r, const RowKind& kind, Stage2Shared& sh) {
@@ -38,7 +39,7 @@ __device__ void top_k_row(const RowJob& job, int32_t r, const RowKind& kind, Sta
   const float mx = sh.max_key ? detail::key_value(sh.max_key) : -INFINITY;
   bool ok = mx > -INFINITY && mx < INFINITY;
   if (ok) {
-    gather_prefix(job, r, mx, 1.0f, out.k, -INFINITY, sh);
+    gather_prefix(job, r, mx, 1.0f, out.k, -INFINITY, false, sh);
     ok = sh.n <= kGatherCap && sh.n >= out.k;
   }
   if (!ok) {

@@ -39,8 +39,8 @@ sonic::SamplerConfig make_config(sonic::Backend backend, int32_t V, int32_t rows
   return c;
 }
 
-// Which outputs a call asks for: rank and top-N send rows to the exact path; the others stay on the
-// fast path (stage 1 + stage 2).
+// Which outputs a call asks for. Rank and top-N of truncated rows come from stage 2's sorted prefix
+// (raw-mode ones only for rows without rules); other rows asking for them take the exact path.
 enum class Outputs { kAll, kNoRankTop, kTokensOnly };
 
 void restrict_outputs(sonic::SampleOutputs& o, Outputs what) {
@@ -354,6 +354,74 @@ INSTANTIATE_TEST_SUITE_P(
                       AgreementCase{151936, sonic::DType::kF16}, AgreementCase{262144, sonic::DType::kF32},
                       AgreementCase{262144, sonic::DType::kBF16}),
     case_name);
+
+// Truncated rows asking for rank and top-N in every mode: stage 2 settles them from its sorted
+// prefix (no row reaches the exact path), with the reference's ranks, top-N ids and logprobs,
+// including rows of many exact ties (plateaus, where ranks count ties) and rows with penalties and
+// biases (processed and final modes; raw-mode ranks of rows with rules need the whole row).
+TEST(CudaRanks, TruncatedRowsStayOnTheFastPath) {
+  for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16})
+    for (const bool rules : {false, true}) {
+      SCOPED_TRACE(std::string("dtype ") + std::to_string(static_cast<int>(dtype)) + (rules ? " with rules" : ""));
+      std::mt19937_64 rng(515 + static_cast<int>(dtype) + (rules ? 100 : 0));
+      const int32_t V = 151936, R = 24;
+      Batch b = random_batch(rng, V, R, dtype, kTopN, /*with_bitmask=*/false);
+      std::uniform_real_distribution<float> u(0.0f, 1.0f);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (int32_t r = 0; r < R; ++r) {
+        const RowKind kind = static_cast<RowKind>(r % 3);  // peaked, flat, plateau
+        b.kinds[r] = kind;
+        float* row = b.logits.data() + static_cast<size_t>(r) * b.cols;
+        for (int32_t t = 0; t < V; ++t) {
+          float x = kind == RowKind::kFlat ? normal(rng) : 3.0f * normal(rng);
+          if (kind == RowKind::kPlateau) x = std::round(x * 2.0f) / 2.0f;
+          if (dtype == sonic::DType::kBF16) {
+            const uint32_t bits = static_cast<uint32_t>(float_to_bf16_rne(x)) << 16;
+            std::memcpy(&x, &bits, 4);
+          }
+          row[t] = x;
+        }
+        if (kind == RowKind::kPeaked)
+          for (int i = 0; i < 5; ++i) row[rng() % V] += 10.0f;
+        sonic::RequestParams p = rules ? b.params[r] : sonic::RequestParams{};
+        p.seed = rng();
+        p.temperature = 0.4f + u(rng);
+        // A top-k bounds every kept set (a wide top-p nucleus alone would take the exact path).
+        p.top_k = 1 + static_cast<int32_t>(rng() % 100);
+        p.top_p = r % 4 < 2 ? 0.6f + 0.4f * u(rng) : 1.0f;
+        p.min_p = r % 5 == 0 ? 0.1f * u(rng) : 0.0f;
+        p.top_p_joint = r % 7 == 0;
+        p.top_logprobs = 1 + static_cast<int32_t>(rng() % kTopN);
+        p.allowed_tokens.clear();  // every row keeps enough tokens for its top N
+        b.params[r] = p;
+      }
+      sonic::Sampler cpu(make_config(sonic::Backend::kCpu, V, R));
+      sonic::Sampler gpu(make_config(sonic::Backend::kCuda, V, R));
+      std::vector<int32_t> slots(R);
+      std::vector<RowState> states(R);
+      for (int32_t r = 0; r < R; ++r) {
+        slots[r] = r;
+        cpu.admit(r, b.params[r], b.prompts[r].data(), static_cast<int64_t>(b.prompts[r].size()));
+        gpu.admit(r, b.params[r], b.prompts[r].data(), static_cast<int64_t>(b.prompts[r].size()));
+        states[r] = RowState{&b.params[r], b.prompts[r], {}, 0};
+      }
+      int near_ties = 0;
+      for (const sonic::LogprobMode mode :
+           {sonic::LogprobMode::kProcessed, sonic::LogprobMode::kFinal, sonic::LogprobMode::kRaw}) {
+        for (int32_t r = 0; r < R; ++r) states[r].step = cpu.step(slots[r]);
+        const uint64_t before = gpu.exact_path_rows();
+        const HostOutputs hc = run(cpu, b, slots, mode);
+        const HostOutputs hg = run(gpu, b, slots, mode);
+        near_ties += compare(b, hc, hg, "ranks", Outputs::kAll, states);
+        if (!(rules && mode == sonic::LogprobMode::kRaw))
+          EXPECT_EQ(gpu.exact_path_rows(), before) << "mode " << static_cast<int>(mode);
+      }
+      std::printf("ranks dtype=%d rules=%d: %d rows x 3 modes, %d near-tie disagreements, exact rows %llu\n",
+                  static_cast<int>(dtype), rules, R, near_ties,
+                  static_cast<unsigned long long>(gpu.exact_path_rows()));
+      EXPECT_LE(near_ties, 3 * R / 20);
+    }
+}
 
 TEST(CudaBadRows, FlaggedWithoutDisturbingOtherRows) {
   std::mt19937_64 rng(99);
