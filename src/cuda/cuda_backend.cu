@@ -111,44 +111,19 @@ class CudaBackend final : public SamplerBackend {
     require_device(out.final_probs, "out.final_probs");
     require_device(out.final_count, "out.final_count");
 
-    cuda::RowJob job{};
-    job.logits = logits.data;
-    job.dtype = logits.dtype;
-    job.row_stride = logits.row_stride;
-    job.rows = static_cast<int32_t>(logits.rows);
+    cuda::RowJob job = row_job(logits, &bitmask, options);
     job.slots = slots;
-    job.bitmask = bitmask.data;
-    job.bitmask_rows = bitmask.rows;
-    job.bitmask_stride = bitmask.row_stride;
-    job.bitmask_index = bitmask.row_index;
-    job.table = table_.view();
-    job.z = z_;
-    job.fast = scratch(logits.dtype, job.rows);
     job.out = cuda::RowOutputs{out.tokens,     out.status,       out.logprob,     out.rank,
                                out.top_ids,    out.top_logprobs, out.top_stride,  out.final_ids,
                                out.final_probs, out.final_count, out.final_stride, config_.max_final_entries};
-    job.mode = options.logprob_mode;
-    job.advance_step = options.advance_step;
-    job.append_to_history = options.append_to_history;
-    const cudaStream_t stream = static_cast<cudaStream_t>(options.stream);
-    // Stage 1 + stage 2 settle most rows; the exact path takes the rows they flag, on the device,
-    // then commits every row's state.
-    cuda::launch_fast_sample(job, stream);
-    job.exact_flags = exact_flags_;
-    cuda::launch_exact_sample(job, 2 * sms_, stream);
+    launch(job, options);
   }
 
   void top_k(const LogitsView& logits, int32_t k, const TopKOutputs& out, const CallOptions& options) override {
     require_device(logits.data, "logits.data");
     require_device(out.ids, "out.ids");
     require_device(out.values, "out.values");
-    cuda::RowJob job{};
-    job.logits = logits.data;
-    job.dtype = logits.dtype;
-    job.row_stride = logits.row_stride;
-    job.rows = static_cast<int32_t>(logits.rows);
-    job.table = table_.view();  // only its vocab_size is read
-    job.fast = scratch(logits.dtype, job.rows);
+    cuda::RowJob job = row_job(logits, nullptr, options);  // of the table only vocab_size is read
     job.top_k = cuda::TopKJob{k, out.ids, out.values, out.stride};
     const cudaStream_t stream = static_cast<cudaStream_t>(options.stream);
     cuda::launch_fast_sample(job, stream);
@@ -176,18 +151,7 @@ class CudaBackend final : public SamplerBackend {
     require_device(out.top_ids, "out.top_ids");
     require_device(out.top_logprobs, "out.top_logprobs");
 
-    cuda::RowJob job{};
-    job.logits = logits.data;
-    job.dtype = logits.dtype;
-    job.row_stride = logits.row_stride;
-    job.rows = static_cast<int32_t>(logits.rows);
-    job.bitmask = bitmask.data;
-    job.bitmask_rows = bitmask.rows;
-    job.bitmask_stride = bitmask.row_stride;
-    job.bitmask_index = bitmask.row_index;
-    job.table = table_.view();
-    job.z = z_;
-    job.fast = scratch(logits.dtype, job.rows);
+    cuda::RowJob job = row_job(logits, &bitmask, options);
     // Per-row outputs are scratch: the commit turns the row verdicts into the request outputs.
     // Rank and top-N rows take the exact path (as in sampling), which writes them per row.
     job.out = cuda::RowOutputs{nullptr,
@@ -206,17 +170,43 @@ class CudaBackend final : public SamplerBackend {
                                  in.num_drafts_capacity,  in.rules,  in.draft_probs, config_.max_drafts,
                                  verdicts_,         out.tokens, out.num_accepted, out.out_stride, out.logprob,
                                  out.rank,          out.top_ids, out.top_logprobs, out.top_stride};
+    if (in.num_requests == 0) return;
+    launch(job, options);
+  }
+
+ private:
+  // What every call's job holds: the logits, the bitmask (null for top_k), the request table, the
+  // workspace and the call's options.
+  cuda::RowJob row_job(const LogitsView& logits, const BitmaskView* bitmask, const CallOptions& options) const {
+    cuda::RowJob job{};
+    job.logits = logits.data;
+    job.dtype = logits.dtype;
+    job.row_stride = logits.row_stride;
+    job.rows = static_cast<int32_t>(logits.rows);
+    if (bitmask) {
+      job.bitmask = bitmask->data;
+      job.bitmask_rows = bitmask->rows;
+      job.bitmask_stride = bitmask->row_stride;
+      job.bitmask_index = bitmask->row_index;
+    }
+    job.table = table_.view();
+    job.z = z_;
+    job.fast = scratch(logits.dtype, job.rows);
     job.mode = options.logprob_mode;
     job.advance_step = options.advance_step;
     job.append_to_history = options.append_to_history;
+    return job;
+  }
+
+  // A sampling or verification step: stage 1 + stage 2 settle most rows; the exact path takes the
+  // rows they flag, on the device, then commits every row's state.
+  void launch(cuda::RowJob job, const CallOptions& options) const {
     const cudaStream_t stream = static_cast<cudaStream_t>(options.stream);
-    if (in.num_requests == 0) return;
     cuda::launch_fast_sample(job, stream);
     job.exact_flags = exact_flags_;
     cuda::launch_exact_sample(job, 2 * sms_, stream);
   }
 
- private:
   // The fast kernel's workspace and shape for a call of `rows` rows of `dtype` logits. Chunks grow
   // with the grid, to about one chunk per block the device holds at once (up to kMaxTilesPerChunk
   // tiles): large batches stream many tiles a block with few blocks' tails (measured on the H200:

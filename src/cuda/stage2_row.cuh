@@ -218,21 +218,11 @@ __device__ __forceinline__ int decide_kept(const SlotParams& p, int32_t V, float
 }
 
 // Appends `key` where `keep` to dst[0, cap) at the shared counter *n, one atomic a warp; every lane
-// of the warp calls it together. *n counts past cap too (so that an overflow shows).
+// of the warp calls it together. *n counts past cap too (so that an overflow shows). With dst2,
+// key2 goes to the same place of dst2.
 __device__ __forceinline__ void warp_append(unsigned long long* dst, int* n, int cap, unsigned long long key,
-                                            bool keep) {
-  const int lane = threadIdx.x & 31;
-  const unsigned ballot = __ballot_sync(0xFFFFFFFFu, keep);
-  if (!ballot) return;
-  int at = 0;
-  if (lane == 0) at = atomicAdd(n, __popc(ballot));
-  at = __shfl_sync(0xFFFFFFFFu, at, 0) + __popc(ballot & ((1u << lane) - 1u));
-  if (keep && at < cap) dst[at] = key;
-}
-
-// warp_append of a pair: `key` to dst and `key2` to dst2 at the same place.
-__device__ __forceinline__ void warp_append2(unsigned long long* dst, unsigned long long* dst2, int* n, int cap,
-                                             unsigned long long key, unsigned long long key2, bool keep) {
+                                            bool keep, unsigned long long* dst2 = nullptr,
+                                            unsigned long long key2 = 0ull) {
   const int lane = threadIdx.x & 31;
   const unsigned ballot = __ballot_sync(0xFFFFFFFFu, keep);
   if (!ballot) return;
@@ -241,7 +231,7 @@ __device__ __forceinline__ void warp_append2(unsigned long long* dst, unsigned l
   at = __shfl_sync(0xFFFFFFFFu, at, 0) + __popc(ballot & ((1u << lane) - 1u));
   if (keep && at < cap) {
     dst[at] = key;
-    dst2[at] = key2;
+    if (dst2) dst2[at] = key2;
   }
 }
 
@@ -354,8 +344,7 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
     const float z = detail::apply_temperature(detail::key_value(key), T);
     const unsigned long long zkey = detail::pack_key(z, detail::key_token(key));
     const bool keep = listed && z > zl && !(z < cut);
-    if (with_x) warp_append2(sh.staged, sh.staged_x, &sh.n, kGatherCap, zkey, key, keep);
-    else warp_append(sh.staged, &sh.n, kGatherCap, zkey, keep);
+    warp_append(sh.staged, &sh.n, kGatherCap, zkey, keep, with_x ? sh.staged_x : nullptr, key);
   });
   __syncthreads();
   const int n = sh.n;
