@@ -11,7 +11,10 @@
 //     below the bound the chunk reports. A row's kept set
 //     escapes the candidates only when four of its tokens share a group: about 2e-6 of rows for
 //     top-k 50 on i.i.d. logits. Temperature divides every x by the same T > 0, which keeps their
-//     order, so the screen works on x and stage 2 divides only the keys it keeps;
+//     order, so the screen works on x and stage 2 divides only the keys it keeps. Once the warp has
+//     a bound, a group whose lanes each hold at most three tokens at or above it takes just those
+//     (screen_by_bound); top-k rows raise the bound after each step to what k of the chunk's lane
+//     maxima reach (raise_by_top_k);
 //   - untruncated random rows: the Gumbel-max winner (fast fp32 noise, SPEC.md section 4);
 //   - the largest key, the valid count, NaN, and sums of exp where the row needs them.
 // Then the block writes the chunk's TileStat; the last chunk of a row to finish runs stage 2.
