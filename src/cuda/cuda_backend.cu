@@ -153,7 +153,7 @@ class CudaBackend final : public SamplerBackend {
 
     cuda::RowJob job = row_job(logits, &bitmask, options);
     // Per-row outputs are scratch: the commit turns the row verdicts into the request outputs.
-    // Rank and top-N rows take the exact path (as in sampling), which writes them per row.
+    // Rank and top-N are written per row (by stage 2 or the exact path, as in sampling).
     job.out = cuda::RowOutputs{nullptr,
                                out.status,
                                out.logprob ? row_logprob_ : nullptr,

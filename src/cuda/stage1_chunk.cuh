@@ -271,8 +271,8 @@ __device__ __forceinline__ float slot_value(const StepSlot<D>& slot, int g, int 
 // A truncated group screened by the warp's running bound (bound_hi != 0): every token at or above
 // it is a candidate. When no lane holds four or more of them, each lane's fourth value lies below
 // the bound already, so the bound stays valid and those tokens are exactly the lane's largest keys
-// at or above it: two operations a token find them, and a loop with one append site takes them out
-// (at most three rounds), reading each value back from the slot (x differs from the input logit
+// at or above it: two operations a token find them, one shared atomic places the warp's, and each
+// lane writes its own, reading their values back from the slot (x differs from the input logit
 // only in special registers, which a rare branch picks from x). Returns false, having done nothing,
 // when some lane holds four or more: the rank screen must raise the bound.
 template <DType D>
@@ -319,7 +319,8 @@ __device__ __forceinline__ bool screen_by_bound(const ScreenContext& c, const St
 // kept set lies inside the row's top k and so above it. The lanes' maxima are distinct tokens of
 // the row: each lane publishes its own to shared memory, and the warp raises its bound to the
 // largest value that k of the chunk's published maxima reach, found by bisection on the key's high
-// word with ballots (a stale maximum read from another warp is still one of that lane's tokens).
+// word, a warp reduction a probe (a stale maximum read from another warp is still one of that
+// lane's tokens).
 __device__ __forceinline__ void raise_by_top_k(const ScreenContext& c, int32_t top_k, LaneScreen& acc) {
   const int lane = threadIdx.x & 31;
   const uint32_t mine = static_cast<uint32_t>(acc.max_key >> 32);
