@@ -9,7 +9,8 @@
 # SONIC_BASE_BUILD names an existing build of the plain flags to reuse (device_check.sh's build-gpu).
 # A variant whose flags are "@DIR" builds the source tree in DIR instead (an earlier commit, say:
 #   git archive HEAD~1 | (mkdir -p .base && tar x -C .base), then carry .base), so that old and new
-# kernels are timed side by side in one run; SONIC_VARIANTS_EXTRA adds such variants to the list.
+# kernels are timed side by side in one run; SONIC_VARIANTS_EXTRA adds variants to the list,
+# separated by ";" (flags may hold spaces), e.g. "old:@.base:;fast:-DA=1 -DB=2:".
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -25,7 +26,7 @@ all_variants=(
   "chunk16::SONIC_CUDA_TILES_PER_CHUNK=16"
 )
 variants=()
-read -r -a extra <<<"${SONIC_VARIANTS_EXTRA:-}"
+IFS=";" read -r -a extra <<<"${SONIC_VARIANTS_EXTRA:-}"
 all_variants+=("${extra[@]}")
 for v in "${all_variants[@]}"; do
   [[ -z "${SONIC_VARIANTS:-}" || " $SONIC_VARIANTS " == *" ${v%%:*} "* ]] && variants+=("$v")
