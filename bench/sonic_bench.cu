@@ -19,6 +19,9 @@
 #include "common/random.hpp"
 #include "ref/reference.hpp"
 #include "sonic/sonic.hpp"
+#if SONIC_TIMELINE
+#include "timeline_report.hpp"
+#endif
 
 namespace {
 
@@ -72,6 +75,7 @@ struct Args {
   std::string suite = "sample";  // or "topk": Sampler::top_k with k = --k; or "verify"
   int k = 128;
   std::vector<int> drafts = {1, 3, 5, 7};
+  int timeline = 0;  // suite sample, builds with SONIC_TIMELINE: calls whose kernel phases are reported
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -430,6 +434,7 @@ int main(int argc, char** argv) {
     else if (k == "--suite") a.suite = v;
     else if (k == "--k") a.k = std::stoi(v);
     else if (k == "--drafts") { a.drafts.clear(); for (auto& x : split(v)) a.drafts.push_back(std::stoi(x)); }
+    else if (k == "--timeline") a.timeline = std::stoi(v);
     else { std::fprintf(stderr, "unknown option %s\n", k.c_str()); return 2; }
   }
   cudaDeviceProp prop;
@@ -547,6 +552,11 @@ int main(int argc, char** argv) {
             std::tie(graph_us, eager_us) = time_calls(stream, nbuf, a.graph_replays,
                                                       [&](int i) { sampler.sample(view(i), slots, bm, o, opt); });
           const uint64_t exact_rows = sampler.exact_path_rows() - exact_before;
+#if SONIC_TIMELINE
+          if (a.timeline > 0 && graph_us > 0)
+            timeline::report(cname + " " + dtype + " V=" + std::to_string(V) + " B=" + std::to_string(B), a.timeline, nbuf,
+                             [&](int i) { sampler.sample(view(i), slots, bm, o, opt); });
+#endif
           const double floor_us = 1e6 * static_cast<double>(bytes) / kReadBandwidth;
           // Rows sent to the exact path during the timing (graph replays run every captured call).
           std::printf("%-14s %-5s %7d %4d %10.2f %10.2f %9.2f %6.0f%%  %s  exact rows %llu\n", cname.c_str(), dtype.c_str(), V,

@@ -14,6 +14,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/prologue.cuh"
 #include "cuda/row_job.cuh"
+#include "cuda/timeline.cuh"
 #include "cuda/row_outputs.cuh"
 #include "cuda/verify_row.cuh"
 
@@ -498,8 +499,10 @@ __global__ void __launch_bounds__(kBlock) exact_sample_kernel(RowJob job) {
   __shared__ Shared sh;
   __shared__ int last;
   extern __shared__ unsigned long long gathered[];  // final distribution, final_capacity keys
+  timeline_mark(kMarkEntry);
   if (job.exact_flags && __ldcg(job.fast.flagged) == 0) {
     commit_rows(job, blockIdx.x * kBlock + threadIdx.x, gridDim.x * kBlock);
+    timeline_mark(kMarkExit);
     return;
   }
   for (int32_t r = blockIdx.x; r < job.rows; r += gridDim.x) {
@@ -517,9 +520,14 @@ __global__ void __launch_bounds__(kBlock) exact_sample_kernel(RowJob job) {
   }
   __syncthreads();
   if (last) commit_rows(job, threadIdx.x, kBlock);
+  timeline_mark(kMarkExit);
 }
 
 }  // namespace
+
+#if SONIC_TIMELINE
+int read_exact_timeline(unsigned long long* out, int blocks) { return read_timeline_table(out, blocks); }
+#endif
 
 void launch_exact_sample(const RowJob& job, int32_t max_blocks, cudaStream_t stream) {
   if (job.rows == 0) return;

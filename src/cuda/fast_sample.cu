@@ -8,6 +8,7 @@
 #include "cuda/stage1_chunk.cuh"
 #include "cuda/stage2_row.cuh"
 #include "cuda/tile_loader.cuh"
+#include "cuda/timeline.cuh"
 #include "cuda/top_k_row.cuh"
 #include "cuda/verify_row.cuh"
 
@@ -30,6 +31,7 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
   extern __shared__ uint4 dynamic_shared[];
   __shared__ Stage1Shared s1;
   __shared__ int last;
+  timeline_mark(kMarkEntry);
   StepSlot<D>* slots = reinterpret_cast<StepSlot<D>*>(dynamic_shared);
   Stage2Shared& s2 = *reinterpret_cast<Stage2Shared*>(dynamic_shared);
   const int32_t r = blockIdx.y, chunk = blockIdx.x;
@@ -44,6 +46,7 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
     RowKind kind;
     top_k_prologue(&pro, &kind, job.top_k.k);
     if (stage1_chunk<D>(job, r, chunk, 0, pro, kind, row, vec_ok, slots, s1, &last)) top_k_row(job, r, kind, s2);
+    timeline_mark(kMarkExit);
     return;
   }
   int32_t slot;
@@ -66,12 +69,17 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
   }
   {
     const RowPrologue pro = call_row_prologue(job, slot, mask, w);
-    if (!stage1_chunk<D>(job, r, chunk, slot, pro, row_kind(pro, job, V), row, vec_ok, slots, s1, &last)) return;
+    if (!stage1_chunk<D>(job, r, chunk, slot, pro, row_kind(pro, job, V), row, vec_ok, slots, s1, &last)) {
+      timeline_mark(kMarkExit);
+      return;
+    }
   }
   // Stage 2 reads the row's request afresh, so that stage 1 holds none of it in registers.
   resolve_call_row(job, r, &slot, &mask, &w);
   const RowPrologue pro = call_row_prologue(job, slot, mask, w);
+  timeline_mark(kMarkStage2);
   stage2_row(job, r, slot, pro, row_kind(pro, job, V), w, s2);
+  timeline_mark(kMarkExit);
 }
 
 template <DType D>
@@ -101,6 +109,12 @@ int fast_sample_blocks_per_sm(DType dtype) {
     default: return resident_blocks<DType::kF32>();
   }
 }
+
+#if SONIC_TIMELINE
+extern "C" int sonic_timeline_read(int kernel, unsigned long long* out, int blocks) {
+  return kernel == 1 ? read_exact_timeline(out, blocks) : read_timeline_table(out, blocks);
+}
+#endif
 
 void launch_fast_sample(const RowJob& job, cudaStream_t stream) {
   if (job.rows == 0) return;

@@ -26,6 +26,7 @@
 #include "cuda/prologue.cuh"
 #include "cuda/row_job.cuh"
 #include "cuda/tile_loader.cuh"
+#include "cuda/timeline.cuh"
 #include "cuda/warp_reduce.cuh"
 
 namespace sonic::cuda {
@@ -606,6 +607,7 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
   if (pro.has_rules) special.init(tab, pro, warp_step_base<D>(cr.first));
   LaneScreen acc;
   __syncthreads();  // sh.count
+  timeline_mark(kMarkScreening);
   for (int32_t i = 0; i < steps; ++i) {
     copy_async_wait<kAhead - 1>();  // step i has landed (kAhead + i groups committed so far)
     const int32_t ahead = i + kAhead;
@@ -629,6 +631,7 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
   const WarpSummary s = summarise_warp(k, acc);
   if ((threadIdx.x & 31) == 0) sh.warp[warp] = s;
   __syncthreads();
+  timeline_mark(kMarkScreened);
   if (threadIdx.x == 0) {
     TileStat t;
     t.max_key = 0;
@@ -670,6 +673,7 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
     if (last) __threadfence();
     *last_flag = last;
   }
+  timeline_mark(kMarkChunkDone);
   __syncthreads();
   return *last_flag != 0;
 }

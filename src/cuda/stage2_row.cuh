@@ -444,6 +444,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
   const int tid = threadIdx.x;
   if (tid < 32) merge_tiles(job, r, k, sh);
   __syncthreads();
+  timeline_mark(kMarkMerged);
   const bool verifying = job.verify.num_requests > 0;
   if (verifying && !block_request_ok(job, w)) {
     if (tid == 0) {
@@ -491,6 +492,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     const int32_t want = top_k_on ? max(p.top_k, top_beyond_kept ? top_count(out, p) : 0) : 0;
     const bool with_x = prefix_ranks && job.mode == LogprobMode::kRaw;
     const float zl = gather_prefix(job, r, mx, T, want, cut, with_x, sh);
+    timeline_mark(kMarkGathered);
     const int n = sh.n;
     // The top N in the processed and raw modes must lie in the prefix (the final mode's are kept).
     const bool top_beyond = prefix_ranks && job.mode != LogprobMode::kFinal && out.top_ids != nullptr &&
@@ -513,6 +515,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
       __syncthreads();
       if (tid == 0) sh.kept = decide_kept(p, V, zm, zl, n, sh.valid, sh);
       __syncthreads();
+      timeline_mark(kMarkDecided);
       kept = sh.kept;
       if (kept <= 0) {
         exact = true;

@@ -1,0 +1,122 @@
+// sonic_bench --timeline N, in a build configured with -DSONIC_TIMELINE=ON: N eager calls and, for
+// each, the phases of the fast and exact kernels from their blocks' marks (src/cuda/timeline.cuh),
+// relative to the first block's start. Prints the median over the calls of every phase, in µs.
+#pragma once
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cuda/timeline.cuh"
+
+namespace timeline {
+
+using sonic::cuda::kTimelineBlocks;
+using sonic::cuda::kTimelineMarks;
+
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The phases of one call, in µs.
+struct Phases {
+  double last_start = 0;                        // the last fast-kernel block starts (launch spread)
+  double request = 0, screen = 0, chunk_end = 0;  // stage 1, the median block
+  double last_chunk = 0;                        // the last chunk of any row is counted
+  double s2_request = 0, s2_merge = 0, s2_gather = 0, s2_decide = 0, s2_finish = 0;  // stage 2 of the row done last
+  double fast_end = 0;                          // the fast kernel's last block leaves
+  double exact_start = 0, exact_end = 0;        // the exact kernel's first start, last exit
+  double resolution = 0;                        // smallest nonzero difference between two marks seen
+};
+
+inline Phases phases_of(const std::vector<unsigned long long>& fast, const std::vector<unsigned long long>& exact) {
+  using namespace sonic::cuda;
+  auto at = [](const std::vector<unsigned long long>& t, int b, int m) { return t[static_cast<size_t>(b) * kTimelineMarks + m]; };
+  unsigned long long t0 = ~0ull;
+  for (int b = 0; b < kTimelineBlocks; ++b)
+    if (at(fast, b, kMarkEntry)) t0 = std::min(t0, at(fast, b, kMarkEntry));
+  Phases p;
+  if (t0 == ~0ull) return p;
+  auto us = [&](unsigned long long t) { return t ? 1e-3 * static_cast<double>(t - t0) : 0.0; };
+  auto span = [](unsigned long long a, unsigned long long b) { return a && b ? 1e-3 * static_cast<double>(b - a) : 0.0; };
+  std::vector<double> request, screen, chunk_end;
+  unsigned long long last_exit = 0, least = ~0ull;
+  int last_row_block = -1;
+  for (int b = 0; b < kTimelineBlocks; ++b) {
+    if (!at(fast, b, kMarkEntry)) continue;
+    p.last_start = std::max(p.last_start, us(at(fast, b, kMarkEntry)));
+    request.push_back(span(at(fast, b, kMarkEntry), at(fast, b, kMarkScreening)));
+    screen.push_back(span(at(fast, b, kMarkScreening), at(fast, b, kMarkScreened)));
+    chunk_end.push_back(span(at(fast, b, kMarkScreened), at(fast, b, kMarkChunkDone)));
+    p.last_chunk = std::max(p.last_chunk, us(at(fast, b, kMarkChunkDone)));
+    if (at(fast, b, kMarkExit) > last_exit) last_exit = at(fast, b, kMarkExit);
+    if (at(fast, b, kMarkStage2) && (last_row_block < 0 || at(fast, b, kMarkExit) > at(fast, last_row_block, kMarkExit)))
+      last_row_block = b;
+    for (int m = 1; m < kTimelineMarks; ++m) {
+      const unsigned long long a = at(fast, b, m - 1), c = at(fast, b, m);
+      if (a && c > a) least = std::min(least, c - a);
+    }
+  }
+  p.request = median(request);
+  p.screen = median(screen);
+  p.chunk_end = median(chunk_end);
+  if (last_row_block >= 0) {
+    const int b = last_row_block;
+    p.s2_request = span(at(fast, b, kMarkChunkDone), at(fast, b, kMarkStage2));
+    p.s2_merge = span(at(fast, b, kMarkStage2), at(fast, b, kMarkMerged));
+    p.s2_gather = span(at(fast, b, kMarkMerged), at(fast, b, kMarkGathered));
+    p.s2_decide = span(at(fast, b, kMarkGathered), at(fast, b, kMarkDecided));
+    const unsigned long long before_finish =
+        at(fast, b, kMarkDecided) ? at(fast, b, kMarkDecided) : (at(fast, b, kMarkGathered) ? at(fast, b, kMarkGathered) : at(fast, b, kMarkMerged));
+    p.s2_finish = span(before_finish, at(fast, b, kMarkExit));
+  }
+  p.fast_end = us(last_exit);
+  unsigned long long x0 = ~0ull, x1 = 0;
+  for (int b = 0; b < kTimelineBlocks; ++b) {
+    if (at(exact, b, kMarkEntry)) x0 = std::min(x0, at(exact, b, kMarkEntry));
+    x1 = std::max(x1, at(exact, b, kMarkExit));
+  }
+  if (x0 != ~0ull) {
+    p.exact_start = us(x0);
+    p.exact_end = us(x1);
+  }
+  p.resolution = least == ~0ull ? 0.0 : 1e-3 * static_cast<double>(least);
+  return p;
+}
+
+// call(i) runs one eager call on rotating buffer i.
+template <class Call>
+void report(const std::string& label, int calls, int nbuf, Call call) {
+  std::vector<unsigned long long> fast(static_cast<size_t>(kTimelineBlocks) * kTimelineMarks), exact(fast.size());
+  sonic_timeline_read(0, fast.data(), kTimelineBlocks);  // clears what the timing left
+  sonic_timeline_read(1, exact.data(), kTimelineBlocks);
+  std::vector<Phases> all;
+  for (int c = 0; c < calls; ++c) {
+    call(c % nbuf);
+    sonic_timeline_read(0, fast.data(), kTimelineBlocks);
+    sonic_timeline_read(1, exact.data(), kTimelineBlocks);
+    all.push_back(phases_of(fast, exact));
+  }
+  auto med = [&](double Phases::*f) {
+    std::vector<double> v;
+    for (const Phases& p : all) v.push_back(p.*f);
+    return median(v);
+  };
+  std::printf(
+      "timeline %s (median of %d calls, us from the first block's start; marks resolve %.3f us):\n"
+      "  fast kernel: last block starts +%.2f; stage 1 (median block): request %.2f, screen %.2f, chunk end %.2f;"
+      " last chunk counted +%.2f\n"
+      "  stage 2 of the row done last: request %.2f, merge %.2f, gather+sort %.2f, decide %.2f, finish %.2f;"
+      " fast kernel ends +%.2f\n"
+      "  exact kernel: first block starts +%.2f, last leaves +%.2f\n",
+      label.c_str(), calls, med(&Phases::resolution), med(&Phases::last_start), med(&Phases::request), med(&Phases::screen),
+      med(&Phases::chunk_end), med(&Phases::last_chunk), med(&Phases::s2_request), med(&Phases::s2_merge),
+      med(&Phases::s2_gather), med(&Phases::s2_decide), med(&Phases::s2_finish), med(&Phases::fast_end),
+      med(&Phases::exact_start), med(&Phases::exact_end));
+  std::fflush(stdout);
+}
+
+}  // namespace timeline

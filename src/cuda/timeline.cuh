@@ -1,0 +1,75 @@
+// Phase timestamps of the sampling kernels, to see where a call's time goes block by block (the
+// profiler's stall samples cannot tell a phase that runs on one SM from one that runs on many).
+// Compiled in only with the CMake option SONIC_TIMELINE (scripts/timeline.sh); otherwise every mark
+// is empty and the kernels are unchanged. Thread 0 of a block writes %globaltimer (ns, one clock for
+// every SM) at each mark it reaches; sonic_bench --timeline reads them back after a call.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/cuda_check.hpp"
+
+#ifndef SONIC_TIMELINE
+#define SONIC_TIMELINE 0
+#endif
+
+namespace sonic::cuda {
+
+// The marks of a fast-kernel block, in the order it reaches them. The exact kernel uses kMarkEntry
+// and kMarkExit only.
+enum TimelineMark : int {
+  kMarkEntry,       // the block starts
+  kMarkScreening,   // stage 1: the request is read, the first steps are in flight
+  kMarkScreened,    // stage 1: every warp has screened its steps
+  kMarkChunkDone,   // stage 1: the chunk's statistics are published and counted
+  kMarkStage2,      // stage 2 (the row's last block): the request is read again
+  kMarkMerged,      // the chunks' statistics are merged
+  kMarkGathered,    // the prefix is gathered and sorted
+  kMarkDecided,     // the kept set is decided
+  kMarkExit,        // the block leaves
+  kTimelineMarks
+};
+constexpr int kTimelineBlocks = 8192;  // blocks recorded (the first ones of the grid)
+
+#if SONIC_TIMELINE
+// One table a translation unit (no relocatable device code): each kernel's file reads its own.
+static __device__ unsigned long long timeline_ns[kTimelineBlocks][kTimelineMarks];
+
+// Copies this translation unit's table into out ([blocks][kTimelineMarks]) once the device is idle,
+// then clears it; returns the blocks copied.
+[[maybe_unused]] static int read_timeline_table(unsigned long long* out, int blocks) {
+  const int n = blocks < kTimelineBlocks ? blocks : kTimelineBlocks;
+  SONIC_CUDA_CHECK(cudaDeviceSynchronize());
+  SONIC_CUDA_CHECK(cudaMemcpyFromSymbol(out, timeline_ns, sizeof(timeline_ns[0]) * n));
+  void* table = nullptr;
+  SONIC_CUDA_CHECK(cudaGetSymbolAddress(&table, timeline_ns));
+  SONIC_CUDA_CHECK(cudaMemset(table, 0, sizeof(timeline_ns)));
+  SONIC_CUDA_CHECK(cudaDeviceSynchronize());
+  return n;
+}
+int read_exact_timeline(unsigned long long* out, int blocks);  // exact_sample.cu's table
+#endif
+
+__device__ __forceinline__ void timeline_mark(int mark) {
+#if SONIC_TIMELINE
+  if (threadIdx.x == 0) {
+    const unsigned block = blockIdx.y * gridDim.x + blockIdx.x;
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (block < kTimelineBlocks) timeline_ns[block][mark] = t;
+  }
+#else
+  (void)mark;
+#endif
+}
+
+}  // namespace sonic::cuda
+
+#if SONIC_TIMELINE
+// Copies a kernel's table (kernel 0: the fast kernel, 1: the exact kernel) into out
+// ([blocks][kTimelineMarks], blocks <= kTimelineBlocks) after the device is idle, then clears it.
+extern "C" __attribute__((visibility("default"))) int sonic_timeline_read(int kernel, unsigned long long* out,
+                                                                         int blocks);
+#endif
