@@ -23,13 +23,13 @@ inline double median(std::vector<double> v) {
 
 // The phases of one call, in µs.
 struct Phases {
-  double last_start = 0;                        // the last fast-kernel block starts (launch spread)
+  double last_start = 0;                          // the last fast-kernel block starts (launch spread)
   double request = 0, screen = 0, chunk_end = 0;  // stage 1, the median block
-  double last_chunk = 0;                        // the last chunk of any row is counted
-  double s2_request = 0, s2_merge = 0, s2_gather = 0, s2_decide = 0, s2_finish = 0;  // stage 2 of the row done last
-  double fast_end = 0;                          // the fast kernel's last block leaves
-  double exact_start = 0, exact_end = 0;        // the exact kernel's first start, last exit
-  double resolution = 0;                        // smallest nonzero difference between two marks seen
+  double last_chunk = 0;                          // the last chunk of any row is counted
+  double stage2[kTimelineMarks] = {};             // stage 2 of the row done last: each mark after the one before
+  double fast_end = 0;                            // the fast kernel's last block leaves
+  double exact_start = 0, exact_end = 0;          // the exact kernel's first start, last exit
+  double resolution = 0;                          // smallest nonzero difference between two marks seen
 };
 
 inline Phases phases_of(const std::vector<unsigned long long>& fast, const std::vector<unsigned long long>& exact) {
@@ -52,26 +52,28 @@ inline Phases phases_of(const std::vector<unsigned long long>& fast, const std::
     screen.push_back(span(at(fast, b, kMarkScreening), at(fast, b, kMarkScreened)));
     chunk_end.push_back(span(at(fast, b, kMarkScreened), at(fast, b, kMarkChunkDone)));
     p.last_chunk = std::max(p.last_chunk, us(at(fast, b, kMarkChunkDone)));
-    if (at(fast, b, kMarkExit) > last_exit) last_exit = at(fast, b, kMarkExit);
+    last_exit = std::max(last_exit, at(fast, b, kMarkExit));
     if (at(fast, b, kMarkStage2) && (last_row_block < 0 || at(fast, b, kMarkExit) > at(fast, last_row_block, kMarkExit)))
       last_row_block = b;
-    for (int m = 1; m < kTimelineMarks; ++m) {
-      const unsigned long long a = at(fast, b, m - 1), c = at(fast, b, m);
-      if (a && c > a) least = std::min(least, c - a);
+    unsigned long long prev = 0;
+    for (int m = 0; m < kTimelineMarks; ++m) {
+      const unsigned long long c = at(fast, b, m);
+      if (!c) continue;
+      if (prev && c > prev) least = std::min(least, c - prev);
+      prev = c;
     }
   }
   p.request = median(request);
   p.screen = median(screen);
   p.chunk_end = median(chunk_end);
   if (last_row_block >= 0) {
-    const int b = last_row_block;
-    p.s2_request = span(at(fast, b, kMarkChunkDone), at(fast, b, kMarkStage2));
-    p.s2_merge = span(at(fast, b, kMarkStage2), at(fast, b, kMarkMerged));
-    p.s2_gather = span(at(fast, b, kMarkMerged), at(fast, b, kMarkGathered));
-    p.s2_decide = span(at(fast, b, kMarkGathered), at(fast, b, kMarkDecided));
-    const unsigned long long before_finish =
-        at(fast, b, kMarkDecided) ? at(fast, b, kMarkDecided) : (at(fast, b, kMarkGathered) ? at(fast, b, kMarkGathered) : at(fast, b, kMarkMerged));
-    p.s2_finish = span(before_finish, at(fast, b, kMarkExit));
+    unsigned long long prev = at(fast, last_row_block, kMarkChunkDone);
+    for (int m = kMarkStage2; m < kTimelineMarks; ++m) {
+      const unsigned long long c = at(fast, last_row_block, m);
+      if (!c) continue;
+      p.stage2[m] = span(prev, c);
+      prev = c;
+    }
   }
   p.fast_end = us(last_exit);
   unsigned long long x0 = ~0ull, x1 = 0;
@@ -100,22 +102,24 @@ void report(const std::string& label, int calls, int nbuf, Call call) {
     sonic_timeline_read(1, exact.data(), kTimelineBlocks);
     all.push_back(phases_of(fast, exact));
   }
-  auto med = [&](double Phases::*f) {
+  auto med = [&](auto value) {
     std::vector<double> v;
-    for (const Phases& p : all) v.push_back(p.*f);
+    for (const Phases& p : all) v.push_back(value(p));
     return median(v);
   };
+  auto field = [&](double Phases::*f) { return med([f](const Phases& p) { return p.*f; }); };
   std::printf(
       "timeline %s (median of %d calls, us from the first block's start; marks resolve %.3f us):\n"
       "  fast kernel: last block starts +%.2f; stage 1 (median block): request %.2f, screen %.2f, chunk end %.2f;"
-      " last chunk counted +%.2f\n"
-      "  stage 2 of the row done last: request %.2f, merge %.2f, gather+sort %.2f, decide %.2f, finish %.2f;"
-      " fast kernel ends +%.2f\n"
-      "  exact kernel: first block starts +%.2f, last leaves +%.2f\n",
-      label.c_str(), calls, med(&Phases::resolution), med(&Phases::last_start), med(&Phases::request), med(&Phases::screen),
-      med(&Phases::chunk_end), med(&Phases::last_chunk), med(&Phases::s2_request), med(&Phases::s2_merge),
-      med(&Phases::s2_gather), med(&Phases::s2_decide), med(&Phases::s2_finish), med(&Phases::fast_end),
-      med(&Phases::exact_start), med(&Phases::exact_end));
+      " last chunk counted +%.2f\n  stage 2 of the row done last:",
+      label.c_str(), calls, field(&Phases::resolution), field(&Phases::last_start), field(&Phases::request),
+      field(&Phases::screen), field(&Phases::chunk_end), field(&Phases::last_chunk));
+  for (int m = sonic::cuda::kMarkStage2; m < kTimelineMarks; ++m) {
+    const double d = med([m](const Phases& p) { return p.stage2[m]; });
+    if (d > 0) std::printf(" %s %.2f,", sonic::cuda::kTimelineMarkNames[m], d);
+  }
+  std::printf(" fast kernel ends +%.2f\n  exact kernel: first block starts +%.2f, last leaves +%.2f\n",
+              field(&Phases::fast_end), field(&Phases::exact_start), field(&Phases::exact_end));
   std::fflush(stdout);
 }
 

@@ -26,11 +26,20 @@ enum TimelineMark : int {
   kMarkChunkDone,   // stage 1: the chunk's statistics are published and counted
   kMarkStage2,      // stage 2 (the row's last block): the request is read again
   kMarkMerged,      // the chunks' statistics are merged
-  kMarkGathered,    // the prefix is gathered and sorted
+  kMarkColdGather,  // SONIC_TIMELINE=2 only: a first, discarded gather of the prefix (cold code and data)
+  kMarkListed,      // the gather: the candidates at or above the row's bound are in shared memory
+  kMarkThreshold,   // the gather: the top-k threshold is found (histogram)
+  kMarkStaged,      // the gather: the prefix's keys are staged
+  kMarkGathered,    // the gather: the prefix is sorted
   kMarkDecided,     // the kept set is decided
+  kMarkSampled,     // the token is drawn
   kMarkExit,        // the block leaves
   kTimelineMarks
 };
+// Their names, for reports.
+constexpr const char* kTimelineMarkNames[kTimelineMarks] = {
+    "entry", "request", "screen", "chunk end", "request again", "merge", "cold gather", "listed",
+    "threshold", "staged", "sorted", "decided", "sampled", "exit"};
 constexpr int kTimelineBlocks = 8192;  // blocks recorded (the first ones of the grid)
 
 #if SONIC_TIMELINE
