@@ -13,7 +13,9 @@
 namespace timeline {
 
 using sonic::cuda::kTimelineBlocks;
+using sonic::cuda::kTimelineColumns;
 using sonic::cuda::kTimelineMarks;
+using sonic::cuda::kTimelineValues;
 
 inline double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
@@ -30,11 +32,13 @@ struct Phases {
   double fast_end = 0;                            // the fast kernel's last block leaves
   double exact_start = 0, exact_end = 0;          // the exact kernel's first start, last exit
   double resolution = 0;                          // smallest nonzero difference between two marks seen
+  double value[kTimelineValues] = {};             // the values of the row done last (timeline.cuh)
+  double stage2_ghz = 0;                          // its SM's clock rate through stage 2
 };
 
 inline Phases phases_of(const std::vector<unsigned long long>& fast, const std::vector<unsigned long long>& exact) {
   using namespace sonic::cuda;
-  auto at = [](const std::vector<unsigned long long>& t, int b, int m) { return t[static_cast<size_t>(b) * kTimelineMarks + m]; };
+  auto at = [](const std::vector<unsigned long long>& t, int b, int m) { return t[static_cast<size_t>(b) * kTimelineColumns + m]; };
   unsigned long long t0 = ~0ull;
   for (int b = 0; b < kTimelineBlocks; ++b)
     if (at(fast, b, kMarkEntry)) t0 = std::min(t0, at(fast, b, kMarkEntry));
@@ -74,6 +78,10 @@ inline Phases phases_of(const std::vector<unsigned long long>& fast, const std::
       p.stage2[m] = span(prev, c);
       prev = c;
     }
+    for (int v = 0; v < kTimelineValues; ++v) p.value[v] = static_cast<double>(at(fast, last_row_block, kTimelineMarks + v));
+    const double ns = static_cast<double>(at(fast, last_row_block, kMarkExit) - at(fast, last_row_block, kMarkStage2));
+    const double cycles = p.value[kValueClockExit] - p.value[kValueClockStage2];
+    p.stage2_ghz = ns > 0 && cycles > 0 ? cycles / ns : 0.0;
   }
   p.fast_end = us(last_exit);
   unsigned long long x0 = ~0ull, x1 = 0;
@@ -92,7 +100,7 @@ inline Phases phases_of(const std::vector<unsigned long long>& fast, const std::
 // call(i) runs one eager call on rotating buffer i.
 template <class Call>
 void report(const std::string& label, int calls, int nbuf, Call call) {
-  std::vector<unsigned long long> fast(static_cast<size_t>(kTimelineBlocks) * kTimelineMarks), exact(fast.size());
+  std::vector<unsigned long long> fast(static_cast<size_t>(kTimelineBlocks) * kTimelineColumns), exact(fast.size());
   sonic_timeline_read(0, fast.data(), kTimelineBlocks);  // clears what the timing left
   sonic_timeline_read(1, exact.data(), kTimelineBlocks);
   std::vector<Phases> all;
@@ -120,6 +128,11 @@ void report(const std::string& label, int calls, int nbuf, Call call) {
   }
   std::printf(" fast kernel ends +%.2f\n  exact kernel: first block starts +%.2f, last leaves +%.2f\n",
               field(&Phases::fast_end), field(&Phases::exact_start), field(&Phases::exact_end));
+  using namespace sonic::cuda;
+  auto value = [&](int v) { return med([v](const Phases& p) { return p.value[v]; }); };
+  std::printf("  that row: %.0f candidates, %.0f at or above the bound, a prefix of %.0f, %.0f kept; SM clock %.2f GHz in stage 2\n",
+              value(kValueCandidates), value(kValueAtBound), value(kValuePrefix), value(kValueKept),
+              field(&Phases::stage2_ghz));
   std::fflush(stdout);
 }
 

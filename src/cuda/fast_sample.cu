@@ -78,7 +78,9 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
   resolve_call_row(job, r, &slot, &mask, &w);
   const RowPrologue pro = call_row_prologue(job, slot, mask, w);
   timeline_mark(kMarkStage2);
+  timeline_clock(kValueClockStage2);
   stage2_row(job, r, slot, pro, row_kind(pro, job, V), w, s2);
+  timeline_clock(kValueClockExit);
   timeline_mark(kMarkExit);
 }
 

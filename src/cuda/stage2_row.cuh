@@ -286,6 +286,8 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
   __syncthreads();
   timeline_mark(kMarkListed);
   const int n_bound = sh.n_bound;
+  timeline_value(kValueCandidates, sh.n_all);
+  timeline_value(kValueAtBound, n_bound);
   const bool in_smem = n_bound <= kBoundCap;
   // f(key, listed) over the candidates at or above the bound, whole warps at a time.
   auto for_each_candidate = [&](auto&& f) {
@@ -352,6 +354,7 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
   __syncthreads();
   timeline_mark(kMarkStaged);
   const int n = sh.n;
+  timeline_value(kValuePrefix, n);
   if (n <= kGatherCap) {
     // Sort by rank: keys are distinct, so each key's rank is the number of larger keys.
     for (int i = tid; i < n; i += kFastThreads) {
@@ -532,6 +535,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
       __syncthreads();
       timeline_mark(kMarkDecided);
       kept = sh.kept;
+      timeline_value(kValueKept, kept);
       if (kept <= 0) {
         exact = true;
       } else {

@@ -40,13 +40,24 @@ enum TimelineMark : int {
 constexpr const char* kTimelineMarkNames[kTimelineMarks] = {
     "entry", "request", "screen", "chunk end", "request again", "merge", "cold gather", "listed",
     "threshold", "staged", "sorted", "decided", "sampled", "exit"};
+// Values a block records beside its marks (stage 2 of a row; 0 where not reached).
+enum TimelineValue : int {
+  kValueCandidates,  // the row's candidates in the list
+  kValueAtBound,     // of them at or above the row's bound
+  kValuePrefix,      // keys of the sorted prefix
+  kValueKept,        // the kept set
+  kValueClockStage2, // the SM's clock64 at kMarkStage2 and at kMarkExit (with the marks: its clock rate)
+  kValueClockExit,
+  kTimelineValues
+};
+constexpr int kTimelineColumns = kTimelineMarks + kTimelineValues;  // a block's row of the table
 constexpr int kTimelineBlocks = 8192;  // blocks recorded (the first ones of the grid)
 
 #if SONIC_TIMELINE
 // One table a translation unit (no relocatable device code): each kernel's file reads its own.
-static __device__ unsigned long long timeline_ns[kTimelineBlocks][kTimelineMarks];
+static __device__ unsigned long long timeline_ns[kTimelineBlocks][kTimelineColumns];
 
-// Copies this translation unit's table into out ([blocks][kTimelineMarks]) once the device is idle,
+// Copies this translation unit's table into out ([blocks][kTimelineColumns]) once the device is idle,
 // then clears it; returns the blocks copied.
 [[maybe_unused]] static int read_timeline_table(unsigned long long* out, int blocks) {
   const int n = blocks < kTimelineBlocks ? blocks : kTimelineBlocks;
@@ -74,11 +85,30 @@ __device__ __forceinline__ void timeline_mark(int mark) {
 #endif
 }
 
+__device__ __forceinline__ void timeline_value(int value, unsigned long long v) {
+#if SONIC_TIMELINE
+  if (threadIdx.x == 0) {
+    const unsigned block = blockIdx.y * gridDim.x + blockIdx.x;
+    if (block < kTimelineBlocks) timeline_ns[block][kTimelineMarks + value] = v;
+  }
+#else
+  (void)value;
+  (void)v;
+#endif
+}
+__device__ __forceinline__ void timeline_clock(int value) {
+#if SONIC_TIMELINE
+  timeline_value(value, clock64());
+#else
+  (void)value;
+#endif
+}
+
 }  // namespace sonic::cuda
 
 #if SONIC_TIMELINE
 // Copies a kernel's table (kernel 0: the fast kernel, 1: the exact kernel) into out
-// ([blocks][kTimelineMarks], blocks <= kTimelineBlocks) after the device is idle, then clears it.
+// ([blocks][kTimelineColumns], blocks <= kTimelineBlocks) after the device is idle, then clears it.
 extern "C" __attribute__((visibility("default"))) int sonic_timeline_read(int kernel, unsigned long long* out,
                                                                          int blocks);
 #endif
