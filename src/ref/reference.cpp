@@ -112,6 +112,25 @@ std::vector<double> softmax_over(const std::vector<float>& score, const std::vec
   return p;
 }
 
+std::vector<double> log_softmax_over(const std::vector<float>& score, const std::vector<int32_t>& ids) {
+  std::vector<double> lp(ids.size(), kNegInf);
+  if (ids.empty()) return lp;
+  double m = kNegInf;
+  for (int32_t t : ids) m = std::max(m, static_cast<double>(score[t]));
+  if (m == kNegInf) return lp;
+  if (m == kPosInf) {  // the +inf tokens share the mass, the others have none
+    size_t n = 0;
+    for (int32_t t : ids) n += score[t] == kPosInf;
+    for (size_t i = 0; i < ids.size(); ++i) lp[i] = score[ids[i]] == kPosInf ? -std::log(static_cast<double>(n)) : kNegInf;
+    return lp;
+  }
+  double sum = 0.0;
+  for (int32_t t : ids) sum += std::exp(static_cast<double>(score[t]) - m);
+  const double log_sum = std::log(sum);
+  for (size_t i = 0; i < ids.size(); ++i) lp[i] = (static_cast<double>(score[ids[i]]) - m) - log_sum;
+  return lp;
+}
+
 namespace {
 
 // Length of the shortest prefix of `probs` whose mass reaches p (the crossing token included).
@@ -186,10 +205,12 @@ int32_t gumbel_argmax(const std::vector<float>& z, const std::vector<int32_t>& i
 
 LogprobResult logprobs_for(const RowScores& scores, int32_t token, LogprobMode mode,
                            int32_t top_n) {
-  // The mode's distribution as (score used for ordering and rank, ids with finite logprob, probs).
+  // The mode's distribution as (score used for ordering and rank, its tokens in order, their
+  // logprobs). Logprobs are taken in log space (z - max - log sum), so that a token far below the
+  // maximum keeps its finite value where its probability underflows in double.
   std::vector<float> score;
   std::vector<int32_t> ids;
-  std::vector<double> probs;
+  std::vector<double> logp;
   if (mode == LogprobMode::kFinal) {
     score.assign(scores.processed.size(), kNegInf);
     if (scores.greedy) {
@@ -198,11 +219,11 @@ LogprobResult logprobs_for(const RowScores& scores, int32_t token, LogprobMode m
       for (int32_t t : scores.final_dist.ids) score[t] = scores.processed[t];
     }
     ids = scores.final_dist.ids;
-    probs = scores.final_dist.probs;
+    logp = scores.greedy ? std::vector<double>(ids.size(), 0.0) : log_softmax_over(scores.processed, ids);
   } else {
     score = mode == LogprobMode::kRaw ? scores.raw : scores.processed;
     ids = order_tokens(score);
-    probs = softmax_over(score, ids);
+    logp = log_softmax_over(score, ids);
   }
 
   LogprobResult r;
@@ -210,14 +231,14 @@ LogprobResult logprobs_for(const RowScores& scores, int32_t token, LogprobMode m
   r.top_logprobs.assign(top_n, kNegInf);
   int32_t filled = 0;
   for (size_t i = 0; i < ids.size() && filled < top_n; ++i) {
-    if (probs[i] <= 0.0) continue;  // below an +inf score: logprob -inf
+    if (logp[i] == kNegInf) continue;  // below an +inf score
     r.top_ids[filled] = ids[i];
-    r.top_logprobs[filled] = static_cast<float>(std::log(probs[i]));
+    r.top_logprobs[filled] = static_cast<float>(logp[i]);
     ++filled;
   }
   if (token < 0) return r;
   for (size_t i = 0; i < ids.size(); ++i)
-    if (ids[i] == token) r.logprob = probs[i] > 0.0 ? static_cast<float>(std::log(probs[i])) : kNegInf;
+    if (ids[i] == token) r.logprob = static_cast<float>(logp[i]);
   r.rank = 0;
   for (int32_t t = 0; t < static_cast<int32_t>(score.size()); ++t)
     r.rank += score[t] >= score[token];

@@ -47,6 +47,9 @@ std::vector<int32_t> order_tokens(const std::vector<float>& score);
 
 // softmax over the given tokens' scores, in double; +inf scores share the mass equally.
 std::vector<double> softmax_over(const std::vector<float>& score, const std::vector<int32_t>& ids);
+// The natural log of softmax_over's probabilities, computed as score - max - log(sum): finite for
+// every finite score of a row without +inf (where the probability may underflow to 0).
+std::vector<double> log_softmax_over(const std::vector<float>& score, const std::vector<int32_t>& ids);
 
 // Steps 6-8: the kept set of a random row and its renormalised distribution.
 Distribution kept_distribution(const std::vector<float>& z, const RequestParams& params);

@@ -1521,6 +1521,30 @@ TEST(Rules, LogprobTopNPaddingRaw) {
   }
 }
 
+TEST(Rules, LogprobFarBelowTheMaxStaysFinite) {
+  // x = [0, -800, -1000, 5, -inf x4]: exp(-805) underflows in double, but log_softmax is finite
+  // (SPEC.md section 2: -inf padding only where fewer than N tokens have a finite log-probability).
+  std::vector<float> x(8, -kInf);
+  x[0] = 0.0f;
+  x[1] = -800.0f;
+  x[2] = -1000.0f;
+  x[3] = 5.0f;
+  const double l = lse({0.0, -800.0, -1000.0, 5.0});
+  OneSlot s(greedy_params(5), 8);
+  for (LogprobMode mode : {LogprobMode::kRaw, LogprobMode::kProcessed}) {
+    const RowOut o = s.sample(x, mode);
+    EXPECT_EQ(o.token, 3);
+    EXPECT_LP(o.logprob, 5.0 - l);
+    const int32_t ids[4] = {3, 0, 1, 2};
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(o.top_ids[i], ids[i]) << i;
+      EXPECT_LP(o.top_lp[i], x[ids[i]] - l);
+    }
+    EXPECT_EQ(o.top_ids[4], -1);
+    EXPECT_LP(o.top_lp[4], kNegInfD);
+  }
+}
+
 TEST(Rules, SparseFinalDistributionOverflow) {
   // V = 16, capacity 8: an untruncated row keeps 16 tokens -> final_count 16 and the row's
   // entries are -1 / 0 (semantics.md 5). With top_k = 8 it fits: 8 entries, ids in order.
