@@ -14,8 +14,8 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/prologue.cuh"
 #include "cuda/row_job.cuh"
-#include "cuda/timeline.cuh"
 #include "cuda/row_outputs.cuh"
+#include "cuda/timeline.cuh"
 #include "cuda/verify_row.cuh"
 
 namespace sonic::cuda {
