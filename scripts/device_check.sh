@@ -5,18 +5,13 @@
 #                                                          (default: tests sanitize)
 # Logs land in $OUT (or ./out when OUT is unset).
 set -uo pipefail
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
 # Step logs go to $L and come back packed as $OUT/logs.tgz (the device tool returns at most 8 files).
-L=/tmp/sonic_logs
-rm -rf "$L" && mkdir -p "$L"
-trap 'tar czf "$OUT/logs.tgz" -C /tmp sonic_logs' EXIT
+source "$(dirname "$0")/device_env.sh"
+device_setup sonic_logs logs.tgz
 steps=${*:-tests sanitize}
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$L/gpu.txt"
-gtest=()
-[ -d .deps/googletest ] && gtest=(-DSONIC_GTEST_SOURCE_DIR="$PWD/.deps/googletest")
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
   "${gtest[@]}" >"$L/configure.log" 2>&1 || { log "configure FAILED"; tail -30 "$L/configure.log"; exit 1; }
 targets=(--target sonic_gpu_tests)

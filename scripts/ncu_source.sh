@@ -6,13 +6,8 @@
 #   scripts/ncu_source.sh        SONIC_NCU_B (default "1 512"), SONIC_PROFILE_CASE, SONIC_NCU_DTYPE
 # The per-line tables come back in $OUT/source_tables.tgz.
 set -uo pipefail
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-L=/tmp/sonic_source
-rm -rf "$L" && mkdir -p "$L"
-trap 'tar czf "$OUT/source_tables.tgz" -C /tmp sonic_source' EXIT
-gtest=()
-[ -d .deps/googletest ] && gtest=(-DSONIC_GTEST_SOURCE_DIR="$PWD/.deps/googletest")
+source "$(dirname "$0")/device_env.sh"
+device_setup sonic_source source_tables.tgz
 cmake -S . -B build-gpu-lineinfo -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DCMAKE_CUDA_FLAGS=-lineinfo "${gtest[@]}" >"$L/configure.log" 2>&1 || { echo "configure FAILED"; exit 1; }
 cmake --build build-gpu-lineinfo -j16 --target sonic_bench >"$L/build.log" 2>&1 ||

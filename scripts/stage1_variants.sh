@@ -12,11 +12,8 @@
 # kernels are timed side by side in one run; SONIC_VARIANTS_EXTRA adds variants to the list,
 # separated by ";" (flags may hold spaces), e.g. "old:@.base:;fast:-DA=1 -DB=2:".
 set -uo pipefail
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-L=/tmp/sonic_variant_logs
-rm -rf "$L" && mkdir -p "$L"
-trap 'tar czf "$OUT/variant_logs.tgz" -C /tmp sonic_variant_logs' EXIT
+source "$(dirname "$0")/device_env.sh"
+device_setup sonic_variant_logs variant_logs.tgz
 all_variants=(
   "base::"
   "stages2:-DSONIC_FAST_STAGES=2:"
@@ -34,8 +31,6 @@ done
 build_dir() { local flags=$1; [ -z "$flags" ] && echo "${SONIC_BASE_BUILD:-build-var-base}" || echo "build-var-$(echo "$flags" | md5sum | cut -c1-8)"; }
 source_dir() { [[ $1 == @* ]] && echo "${1#@}" || echo .; }
 cuda_flags() { [[ $1 == @* ]] && echo "" || echo "$1"; }
-gtest=()
-[ -d .deps/googletest ] && gtest=(-DSONIC_GTEST_SOURCE_DIR="$PWD/.deps/googletest")
 declare -A builds=()
 for v in "${variants[@]}"; do
   IFS=: read -r name flags env <<<"$v"
