@@ -498,17 +498,6 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     const bool top_k_on = p.top_k > 0 && p.top_k < V;
     const int32_t want = top_k_on ? max(p.top_k, top_beyond_kept ? top_count(out, p) : 0) : 0;
     const bool with_x = prefix_ranks && job.mode == LogprobMode::kRaw;
-#if SONIC_TIMELINE >= 2
-    // Experiment: a first gather, discarded, so that the marks of the second show it with its code
-    // and data warm.
-    gather_prefix(job, r, mx, T, want, cut, with_x, sh);
-    timeline_mark(kMarkColdGather);
-    if (tid == 0) {
-      sh.n_bound = 0;
-      sh.n = 0;
-    }
-    __syncthreads();
-#endif
     const float zl = gather_prefix(job, r, mx, T, want, cut, with_x, sh);
     timeline_mark(kMarkGathered);
     const int n = sh.n;

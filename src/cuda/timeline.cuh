@@ -26,7 +26,6 @@ enum TimelineMark : int {
   kMarkChunkDone,   // stage 1: the chunk's statistics are published and counted
   kMarkStage2,      // stage 2 (the row's last block): the request is read again
   kMarkMerged,      // the chunks' statistics are merged
-  kMarkColdGather,  // SONIC_TIMELINE=2 only: a first, discarded gather of the prefix (cold code and data)
   kMarkListed,      // the gather: the candidates at or above the row's bound are in shared memory
   kMarkThreshold,   // the gather: the top-k threshold is found (histogram)
   kMarkStaged,      // the gather: the prefix's keys are staged
@@ -38,7 +37,7 @@ enum TimelineMark : int {
 };
 // Their names, for reports.
 constexpr const char* kTimelineMarkNames[kTimelineMarks] = {
-    "entry", "request", "screen", "chunk end", "request again", "merge", "cold gather", "listed",
+    "entry", "request", "screen", "chunk end", "request again", "merge", "listed",
     "threshold", "staged", "sorted", "decided", "sampled", "exit"};
 // Values a block records beside its marks (stage 2 of a row; 0 where not reached).
 enum TimelineValue : int {
