@@ -91,43 +91,49 @@ std::vector<int32_t> order_tokens(const std::vector<float>& score) {
   return ids;
 }
 
+namespace {
+
+// What both forms of the softmax need of the scores over ids: their maximum, how many are +inf (when
+// the maximum is), and the sum of exp(score - max) in ids order (when the maximum is finite).
+struct SoftmaxNorm {
+  double max = kNegInf;
+  size_t pos_inf = 0;
+  double sum = 0.0;
+};
+
+SoftmaxNorm softmax_norm(const std::vector<float>& score, const std::vector<int32_t>& ids) {
+  SoftmaxNorm n;
+  for (int32_t t : ids) n.max = std::max(n.max, static_cast<double>(score[t]));
+  if (n.max == kPosInf) {
+    for (int32_t t : ids) n.pos_inf += score[t] == kPosInf;
+  } else if (n.max > kNegInf) {
+    for (int32_t t : ids) n.sum += std::exp(static_cast<double>(score[t]) - n.max);
+  }
+  return n;
+}
+
+}  // namespace
+
 std::vector<double> softmax_over(const std::vector<float>& score, const std::vector<int32_t>& ids) {
   std::vector<double> p(ids.size(), 0.0);
-  if (ids.empty()) return p;
-  double m = kNegInf;
-  for (int32_t t : ids) m = std::max(m, static_cast<double>(score[t]));
-  if (m == kNegInf) return p;
-  if (m == kPosInf) {  // the +inf tokens share the mass
-    size_t n = 0;
-    for (int32_t t : ids) n += score[t] == kPosInf;
-    for (size_t i = 0; i < ids.size(); ++i) p[i] = score[ids[i]] == kPosInf ? 1.0 / n : 0.0;
-    return p;
-  }
-  double sum = 0.0;
+  const SoftmaxNorm n = softmax_norm(score, ids);
   for (size_t i = 0; i < ids.size(); ++i) {
-    p[i] = std::exp(static_cast<double>(score[ids[i]]) - m);
-    sum += p[i];
+    const float s = score[ids[i]];
+    if (n.max == kPosInf) p[i] = s == kPosInf ? 1.0 / n.pos_inf : 0.0;  // the +inf tokens share the mass
+    else if (n.max > kNegInf) p[i] = std::exp(static_cast<double>(s) - n.max) / n.sum;
   }
-  for (double& v : p) v /= sum;
   return p;
 }
 
 std::vector<double> log_softmax_over(const std::vector<float>& score, const std::vector<int32_t>& ids) {
   std::vector<double> lp(ids.size(), kNegInf);
-  if (ids.empty()) return lp;
-  double m = kNegInf;
-  for (int32_t t : ids) m = std::max(m, static_cast<double>(score[t]));
-  if (m == kNegInf) return lp;
-  if (m == kPosInf) {  // the +inf tokens share the mass, the others have none
-    size_t n = 0;
-    for (int32_t t : ids) n += score[t] == kPosInf;
-    for (size_t i = 0; i < ids.size(); ++i) lp[i] = score[ids[i]] == kPosInf ? -std::log(static_cast<double>(n)) : kNegInf;
-    return lp;
+  const SoftmaxNorm n = softmax_norm(score, ids);
+  const double log_sum = n.max == kPosInf ? std::log(static_cast<double>(n.pos_inf)) : std::log(n.sum);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const float s = score[ids[i]];
+    if (n.max == kPosInf) lp[i] = s == kPosInf ? -log_sum : kNegInf;  // the others have no mass
+    else if (n.max > kNegInf) lp[i] = (static_cast<double>(s) - n.max) - log_sum;
   }
-  double sum = 0.0;
-  for (int32_t t : ids) sum += std::exp(static_cast<double>(score[t]) - m);
-  const double log_sum = std::log(sum);
-  for (size_t i = 0; i < ids.size(); ++i) lp[i] = (static_cast<double>(score[ids[i]]) - m) - log_sum;
   return lp;
 }
 
