@@ -409,6 +409,10 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
 __device__ __forceinline__ int top_count(const RowOutputs& out, const SlotParams& p) {
   return out.top_ids ? static_cast<int>(min(static_cast<int64_t>(p.top_n), out.top_stride)) : 0;
 }
+// Whether the call asks the row for the rank of its token or for its top N.
+__device__ __forceinline__ bool asks_ranks(const RowOutputs& out, const SlotParams& p) {
+  return out.rank != nullptr || (out.top_ids != nullptr && p.top_n > 0);
+}
 
 // The rank and top-N of `token` in the call's mode from the sorted prefix sh.sorted[0, sh.n) of a
 // truncated row (SPEC.md section 2 outputs; the exact path's write_logprobs computes the same from
@@ -502,7 +506,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
   const bool want_lp = out.logprob != nullptr || (out.top_ids != nullptr && p.top_n > 0);
   // Ranks and top-N come from the sorted prefix of truncated rows (prefix_ranks); raw-mode ones only
   // where x is the input logit everywhere (no rules). Other rows take the exact path for them.
-  const bool want_ranks = out.rank != nullptr || (out.top_ids != nullptr && p.top_n > 0);
+  const bool want_ranks = asks_ranks(out, p);
   const bool prefix_ranks = want_ranks && k.truncated && (job.mode != LogprobMode::kRaw || !pro.has_rules);
   bool exact = max_key == 0 || mx == INFINITY || (want_ranks && !prefix_ranks) ||
                (want_lp && job.mode == LogprobMode::kRaw && !(sh.raw_max > -INFINITY && sh.raw_max < INFINITY));
@@ -527,20 +531,19 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     // Min-p: tokens below the cut never survive, so the prefix stops there too, unless it must hold
     // the top N in the processed or raw mode (which every valid token may enter); top-k rows sort
     // about k keys, or N.
-    const bool top_beyond_kept = prefix_ranks && job.mode != LogprobMode::kFinal && top_count(out, p) > 0;
-    const float cut = p.min_p > 0.0f && !top_beyond_kept
+    // The top N the prefix must hold beyond the kept set (processed and raw modes; 0: none).
+    const int n_top = prefix_ranks && job.mode != LogprobMode::kFinal ? top_count(out, p) : 0;
+    const float cut = p.min_p > 0.0f && n_top == 0
                           ? __double2float_ru(static_cast<double>(zm) + log(static_cast<double>(p.min_p)))
                           : -INFINITY;
     const bool top_k_on = p.top_k > 0 && p.top_k < V;
-    const int32_t want = top_k_on ? max(p.top_k, top_beyond_kept ? top_count(out, p) : 0) : 0;
+    const int32_t want = top_k_on ? max(p.top_k, n_top) : 0;
     const bool with_x = prefix_ranks && job.mode == LogprobMode::kRaw;
     const float zl = gather_prefix(job, r, mx, T, want, cut, with_x, sh);
     timeline_mark(kMarkGathered);
     const int n = sh.n;
     // The top N in the processed and raw modes must lie in the prefix (the final mode's are kept).
-    const bool top_beyond = prefix_ranks && job.mode != LogprobMode::kFinal && out.top_ids != nullptr &&
-                            n < min(top_count(out, p), sh.valid);
-    if (n > kGatherCap || top_beyond) {
+    if (n > kGatherCap || n < min(n_top, sh.valid)) {
       exact = true;
     } else {
       double e[kScanItems];
@@ -713,7 +716,7 @@ __device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro
     }
   }
   // Rows that ask for ranks or the top N reach here only when the prefix decides them (stage2_row).
-  if (job.out.rank || (job.out.top_ids && p.top_n > 0)) write_prefix_ranks(job, r, pro, emit, kept, kept_sum, zm, sh);
+  if (asks_ranks(job.out, p)) write_prefix_ranks(job, r, pro, emit, kept, kept_sum, zm, sh);
   if (tid == 0) {
     if (job.out.logprob) {
       const size_t elem = job.dtype == DType::kF32 ? 4 : 2;
