@@ -501,7 +501,9 @@ __global__ void __launch_bounds__(kBlock) exact_sample_kernel(RowJob job) {
   extern __shared__ unsigned long long gathered[];  // final distribution, final_capacity keys
   // Launched as a programmatic dependent of the fast kernel: wait until that grid has completed and
   // its writes are visible (a no-op for a plain launch).
+#if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
   timeline_mark(kMarkEntry);
   if (job.exact_flags && __ldcg(job.fast.flagged) == 0) {
     commit_rows(job, blockIdx.x * kBlock + threadIdx.x, gridDim.x * kBlock);

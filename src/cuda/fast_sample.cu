@@ -30,7 +30,11 @@ constexpr size_t kFastSharedBytes = kStageBytes<D> > sizeof(Stage2Shared) ? kSta
 // block of this grid has called this or exited: blocks call it when only their stage 2 is left, so
 // that its launch overlaps the last rows' stage 2 without taking SM room from stage 1. It waits for
 // this grid's completion (griddepcontrol.wait) before it reads anything.
-__device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void allow_dependent_launch() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 
 template <DType D>
 __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_sample_kernel(RowJob job) {
