@@ -534,7 +534,7 @@ __global__ void __launch_bounds__(kBlock) exact_sample_kernel(RowJob job) {
 int read_exact_timeline(unsigned long long* out, int blocks) { return read_timeline_table(out, blocks); }
 #endif
 
-void launch_exact_sample(const RowJob& job, int32_t max_blocks, cudaStream_t stream) {
+void launch_exact_sample(const RowJob& job, int32_t max_blocks, bool programmatic, cudaStream_t stream) {
   if (job.rows == 0) return;
   const size_t smem = job.out.final_ids ? static_cast<size_t>(job.out.final_capacity) * 8 : 0;
   if (smem > 48 * 1024)
@@ -551,7 +551,7 @@ void launch_exact_sample(const RowJob& job, int32_t max_blocks, cudaStream_t str
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = programmatic ? 1 : 0;
   SONIC_CUDA_CHECK(cudaLaunchKernelEx(&cfg, exact_sample_kernel, job));
 }
 
