@@ -56,6 +56,9 @@ class CudaBackend final : public SamplerBackend {
     int sms = 0;
     SONIC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, config.device));
     sms_ = sms;
+    int major = 0;
+    SONIC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, config.device));
+    programmatic_launch_ = major >= 9;  // programmatic dependent launch needs compute capability 9.0
     for (DType d : {DType::kF32, DType::kBF16, DType::kF16})
       resident_[static_cast<int>(d)] = sms * std::max(1, cuda::fast_sample_blocks_per_sm(d));
     // A fixed chunk size for experiments and tests (tokens never depend on it).
@@ -204,7 +207,7 @@ class CudaBackend final : public SamplerBackend {
     const cudaStream_t stream = static_cast<cudaStream_t>(options.stream);
     cuda::launch_fast_sample(job, stream);
     job.exact_flags = exact_flags_;
-    cuda::launch_exact_sample(job, 2 * sms_, stream);
+    cuda::launch_exact_sample(job, 2 * sms_, programmatic_launch_, stream);
   }
 
   // The fast kernel's workspace and shape for a call of `rows` rows of `dtype` logits. Chunks grow
@@ -241,6 +244,7 @@ class CudaBackend final : public SamplerBackend {
   float* z_ = nullptr;
   int64_t cand_stride_ = 0;  // candidates a row may hold
   int32_t sms_ = 0;
+  bool programmatic_launch_ = false;  // the exact kernel as a programmatic dependent of the fast one
   int32_t resident_[3] = {1, 1, 1};  // fast-kernel blocks the device holds at once, per dtype
   int32_t forced_tiles_per_chunk_ = 0;
   cuda::TileStat* stats_ = nullptr;

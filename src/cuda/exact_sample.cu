@@ -499,6 +499,11 @@ __global__ void __launch_bounds__(kBlock) exact_sample_kernel(RowJob job) {
   __shared__ Shared sh;
   __shared__ int last;
   extern __shared__ unsigned long long gathered[];  // final distribution, final_capacity keys
+  // Launched as a programmatic dependent of the fast kernel: wait until that grid has completed and
+  // its writes are visible (a no-op for a plain launch).
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
   timeline_mark(kMarkEntry);
   if (job.exact_flags && __ldcg(job.fast.flagged) == 0) {
     commit_rows(job, blockIdx.x * kBlock + threadIdx.x, gridDim.x * kBlock);
@@ -529,15 +534,25 @@ __global__ void __launch_bounds__(kBlock) exact_sample_kernel(RowJob job) {
 int read_exact_timeline(unsigned long long* out, int blocks) { return read_timeline_table(out, blocks); }
 #endif
 
-void launch_exact_sample(const RowJob& job, int32_t max_blocks, cudaStream_t stream) {
+void launch_exact_sample(const RowJob& job, int32_t max_blocks, bool programmatic, cudaStream_t stream) {
   if (job.rows == 0) return;
   const size_t smem = job.out.final_ids ? static_cast<size_t>(job.out.final_capacity) * 8 : 0;
   if (smem > 48 * 1024)
     SONIC_CUDA_CHECK(cudaFuncSetAttribute(exact_sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
   const int32_t blocks = job.rows < max_blocks ? job.rows : max_blocks;
-  exact_sample_kernel<<<blocks, kBlock, smem, stream>>>(job);
-  SONIC_CUDA_CHECK(cudaGetLastError());
+  // Programmatic dependent launch: the launch overlaps the fast kernel's last stage-2 blocks.
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(kBlock);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = programmatic ? 1 : 0;
+  SONIC_CUDA_CHECK(cudaLaunchKernelEx(&cfg, exact_sample_kernel, job));
 }
 
 }  // namespace sonic::cuda

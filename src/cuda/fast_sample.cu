@@ -26,6 +26,16 @@ static_assert(sizeof(Stage2Shared) <= kStageBytes<DType::kF32>, "stage 2's share
 template <DType D>
 constexpr size_t kFastSharedBytes = kStageBytes<D> > sizeof(Stage2Shared) ? kStageBytes<D> : sizeof(Stage2Shared);
 
+// The exact kernel (launched with programmatic stream serialization) may be scheduled once every
+// block of this grid has called this or exited: blocks call it when only their stage 2 is left, so
+// that its launch overlaps the last rows' stage 2 without taking SM room from stage 1. It waits for
+// this grid's completion (griddepcontrol.wait) before it reads anything.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 template <DType D>
 __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_sample_kernel(RowJob job) {
   extern __shared__ uint4 dynamic_shared[];
@@ -45,7 +55,10 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
     RowPrologue pro;
     RowKind kind;
     top_k_prologue(&pro, &kind, job.top_k.k);
-    if (stage1_chunk<D>(job, r, chunk, 0, pro, kind, row, vec_ok, slots, s1, &last)) top_k_row(job, r, kind, s2);
+    if (stage1_chunk<D>(job, r, chunk, 0, pro, kind, row, vec_ok, slots, s1, &last)) {
+      allow_dependent_launch();
+      top_k_row(job, r, kind, s2);
+    }
     timeline_mark(kMarkExit);
     return;
   }
@@ -74,6 +87,7 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
       return;
     }
   }
+  allow_dependent_launch();
   // Stage 2 reads the row's request afresh, so that stage 1 holds none of it in registers.
   resolve_call_row(job, r, &slot, &mask, &w);
   const RowPrologue pro = call_row_prologue(job, slot, mask, w);

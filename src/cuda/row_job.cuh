@@ -154,6 +154,8 @@ void launch_exact_top_k(const RowJob& job, cudaStream_t stream);
 // The exact sampler over the flagged rows (a block a row at a time, at most max_blocks blocks, every
 // rule of SPEC.md section 2 by full passes over the row), then the state updates of every row of the
 // call: the emitted tokens join the histories and the steps advance, after every row has read them.
-void launch_exact_sample(const RowJob& job, int32_t max_blocks, cudaStream_t stream);
+// With programmatic (devices of compute capability 9.0 and later), it is launched as a programmatic
+// dependent of the fast kernel launched just before it on the stream.
+void launch_exact_sample(const RowJob& job, int32_t max_blocks, bool programmatic, cudaStream_t stream);
 
 }  // namespace sonic::cuda
