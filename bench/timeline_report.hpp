@@ -31,12 +31,15 @@ struct Phases {
   double stage2[kTimelineMarks] = {};             // stage 2 of the row done last: each mark after the one before
   double fast_end = 0;                            // the fast kernel's last block leaves
   double exact_start = 0, exact_end = 0;          // the exact kernel's first start, last exit
+  double row_stage2_start = 0, row_stage2_end = 0;  // row_stage2_kernel's (small batches; 0: not run)
   double resolution = 0;                          // smallest nonzero difference between two marks seen
   double value[kTimelineValues] = {};             // the values of the row done last (timeline.cuh)
   double stage2_ghz = 0;                          // its SM's clock rate through stage 2
 };
 
-inline Phases phases_of(const std::vector<unsigned long long>& fast, const std::vector<unsigned long long>& exact) {
+// fast, exact, wide: the tables of the fast kernel, the exact kernel and row_stage2_kernel.
+inline Phases phases_of(const std::vector<unsigned long long>& fast, const std::vector<unsigned long long>& exact,
+                        const std::vector<unsigned long long>& wide) {
   using namespace sonic::cuda;
   auto at = [](const std::vector<unsigned long long>& t, int b, int m) { return t[static_cast<size_t>(b) * kTimelineColumns + m]; };
   unsigned long long t0 = ~0ull;
@@ -49,13 +52,14 @@ inline Phases phases_of(const std::vector<unsigned long long>& fast, const std::
   std::vector<double> request, screen, chunk_end;
   unsigned long long last_exit = 0, least = ~0ull;
   int last_row_block = -1;
+  unsigned long long last_chunk = 0;
   for (int b = 0; b < kTimelineBlocks; ++b) {
     if (!at(fast, b, kMarkEntry)) continue;
     p.last_start = std::max(p.last_start, us(at(fast, b, kMarkEntry)));
     request.push_back(span(at(fast, b, kMarkEntry), at(fast, b, kMarkScreening)));
     screen.push_back(span(at(fast, b, kMarkScreening), at(fast, b, kMarkScreened)));
     chunk_end.push_back(span(at(fast, b, kMarkScreened), at(fast, b, kMarkChunkDone)));
-    p.last_chunk = std::max(p.last_chunk, us(at(fast, b, kMarkChunkDone)));
+    last_chunk = std::max(last_chunk, at(fast, b, kMarkChunkDone));
     last_exit = std::max(last_exit, at(fast, b, kMarkExit));
     if (at(fast, b, kMarkStage2) && (last_row_block < 0 || at(fast, b, kMarkExit) > at(fast, last_row_block, kMarkExit)))
       last_row_block = b;
@@ -67,19 +71,37 @@ inline Phases phases_of(const std::vector<unsigned long long>& fast, const std::
       prev = c;
     }
   }
+  p.last_chunk = us(last_chunk);
+  // Stage 2 ran in row_stage2_kernel when its table has marks: the row done last there, its first
+  // phase counted from the last chunk's end (it includes the launch gap).
+  const std::vector<unsigned long long>* rows = &fast;
+  unsigned long long wide_start = ~0ull, wide_end = 0;
+  int wide_last = -1;
+  for (int b = 0; b < kTimelineBlocks; ++b) {
+    if (!at(wide, b, kMarkStage2)) continue;
+    wide_start = std::min(wide_start, at(wide, b, kMarkStage2));
+    wide_end = std::max(wide_end, at(wide, b, kMarkExit));
+    if (wide_last < 0 || at(wide, b, kMarkExit) > at(wide, wide_last, kMarkExit)) wide_last = b;
+  }
+  if (wide_last >= 0) {
+    rows = &wide;
+    last_row_block = wide_last;
+    p.row_stage2_start = us(wide_start);
+    p.row_stage2_end = us(wide_end);
+  }
   p.request = median(request);
   p.screen = median(screen);
   p.chunk_end = median(chunk_end);
   if (last_row_block >= 0) {
-    unsigned long long prev = at(fast, last_row_block, kMarkChunkDone);
+    unsigned long long prev = rows == &wide ? last_chunk : at(fast, last_row_block, kMarkChunkDone);
     for (int m = kMarkStage2; m < kTimelineMarks; ++m) {
-      const unsigned long long c = at(fast, last_row_block, m);
+      const unsigned long long c = at(*rows, last_row_block, m);
       if (!c) continue;
       p.stage2[m] = span(prev, c);
       prev = c;
     }
-    for (int v = 0; v < kTimelineValues; ++v) p.value[v] = static_cast<double>(at(fast, last_row_block, kTimelineMarks + v));
-    const double ns = static_cast<double>(at(fast, last_row_block, kMarkExit) - at(fast, last_row_block, kMarkStage2));
+    for (int v = 0; v < kTimelineValues; ++v) p.value[v] = static_cast<double>(at(*rows, last_row_block, kTimelineMarks + v));
+    const double ns = static_cast<double>(at(*rows, last_row_block, kMarkExit) - at(*rows, last_row_block, kMarkStage2));
     const double cycles = p.value[kValueClockExit] - p.value[kValueClockStage2];
     p.stage2_ghz = ns > 0 && cycles > 0 ? cycles / ns : 0.0;
   }
@@ -100,15 +122,19 @@ inline Phases phases_of(const std::vector<unsigned long long>& fast, const std::
 // call(i) runs one eager call on rotating buffer i.
 template <class Call>
 void report(const std::string& label, int calls, int nbuf, Call call) {
-  std::vector<unsigned long long> fast(static_cast<size_t>(kTimelineBlocks) * kTimelineColumns), exact(fast.size());
-  sonic_timeline_read(0, fast.data(), kTimelineBlocks);  // clears what the timing left
-  sonic_timeline_read(1, exact.data(), kTimelineBlocks);
+  std::vector<unsigned long long> fast(static_cast<size_t>(kTimelineBlocks) * kTimelineColumns), exact(fast.size()),
+      wide(fast.size());
+  auto read_all = [&] {
+    sonic_timeline_read(0, fast.data(), kTimelineBlocks);
+    sonic_timeline_read(1, exact.data(), kTimelineBlocks);
+    sonic_timeline_read(2, wide.data(), kTimelineBlocks);
+  };
+  read_all();  // clears what the timing left
   std::vector<Phases> all;
   for (int c = 0; c < calls; ++c) {
     call(c % nbuf);
-    sonic_timeline_read(0, fast.data(), kTimelineBlocks);
-    sonic_timeline_read(1, exact.data(), kTimelineBlocks);
-    all.push_back(phases_of(fast, exact));
+    read_all();
+    all.push_back(phases_of(fast, exact, wide));
   }
   auto med = [&](auto value) {
     std::vector<double> v;
@@ -126,8 +152,12 @@ void report(const std::string& label, int calls, int nbuf, Call call) {
     const double d = med([m](const Phases& p) { return p.stage2[m]; });
     if (d > 0) std::printf(" %s %.2f,", sonic::cuda::kTimelineMarkNames[m], d);
   }
-  std::printf(" fast kernel ends +%.2f\n  exact kernel: first block starts +%.2f, last leaves +%.2f\n",
-              field(&Phases::fast_end), field(&Phases::exact_start), field(&Phases::exact_end));
+  std::printf(" fast kernel ends +%.2f\n", field(&Phases::fast_end));
+  if (field(&Phases::row_stage2_end) > 0)
+    std::printf("  row_stage2_kernel: first block starts +%.2f, last leaves +%.2f\n", field(&Phases::row_stage2_start),
+                field(&Phases::row_stage2_end));
+  std::printf("  exact kernel: first block starts +%.2f, last leaves +%.2f\n", field(&Phases::exact_start),
+              field(&Phases::exact_end));
   using namespace sonic::cuda;
   auto value = [&](int v) { return med([v](const Phases& p) { return p.value[v]; }); };
   std::printf("  that row: %.0f candidates, %.0f at or above the bound, a prefix of %.0f, %.0f kept; SM clock %.2f GHz in stage 2\n",

@@ -29,7 +29,7 @@ if [[ " $steps " == *" tests "* ]]; then
   [ $r -ne 0 ] && { grep -E -A6 "Failure|error" "$L/gpu_tests.log" | head -80; rc=1; }
 fi
 if [[ " $steps " == *" sanitize "* ]]; then
-  filter=${SONIC_SANITIZE_FILTER:-SharedRulesDevice.*:CudaBadRows.*:AllShapes/CudaAgreement.*/V1000_*:CudaChunking.SmallVocabularyForcedChunks:AllShapes/CudaTopK.*/V1000_*:Shapes/CudaVerify.*/V1000_*:CudaVerifyLogprobs.*}
+  filter=${SONIC_SANITIZE_FILTER:-SharedRulesDevice.*:CudaBadRows.*:AllShapes/CudaAgreement.*/V1000_*:CudaChunking.SmallVocabularyForcedChunks:CudaStage2Placement.SmallVocabulary:AllShapes/CudaTopK.*/V1000_*:Shapes/CudaVerify.*/V1000_*:CudaVerifyLogprobs.*}
   for tool in memcheck racecheck initcheck synccheck; do
     compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/sonic_gpu_tests \
       --gtest_filter="$filter" >"$L/sanitize_$tool.log" 2>&1; r=$?

@@ -63,6 +63,8 @@ class CudaBackend final : public SamplerBackend {
       resident_[static_cast<int>(d)] = sms * std::max(1, cuda::fast_sample_blocks_per_sm(d));
     // A fixed chunk size for experiments and tests (tokens never depend on it).
     if (const char* env = std::getenv("SONIC_CUDA_TILES_PER_CHUNK")) forced_tiles_per_chunk_ = std::atoi(env);
+    // Stage 2 in its own kernel for calls of at most this many rows (0: never), for the same.
+    if (const char* env = std::getenv("SONIC_CUDA_SEPARATE_STAGE2_ROWS")) forced_separate_rows_ = std::atoi(env);
   }
   ~CudaBackend() override {
     cudaFree(z_);
@@ -205,9 +207,20 @@ class CudaBackend final : public SamplerBackend {
   // rows they flag, on the device, then commits every row's state.
   void launch(cuda::RowJob job, const CallOptions& options) const {
     const cudaStream_t stream = static_cast<cudaStream_t>(options.stream);
+    job.fast.separate_stage2 = separate_stage2(job);
     cuda::launch_fast_sample(job, stream);
+    if (job.fast.separate_stage2) cuda::launch_row_stage2(job, programmatic_launch_, stream);
     job.exact_flags = exact_flags_;
     cuda::launch_exact_sample(job, 2 * sms_, programmatic_launch_, stream);
+  }
+
+  // Stage 2 in its own kernel (more threads a row) when the fast kernel's blocks all fit the device
+  // at once: no row's stage 2 then overlaps another's stage 1, and it runs on a few SMs while the
+  // rest idle. Larger grids keep it in each row's last block, where it overlaps the later chunks.
+  // A call's shape decides it, never its data.
+  bool separate_stage2(const cuda::RowJob& job) const {
+    if (forced_separate_rows_ >= 0) return job.rows <= forced_separate_rows_;
+    return static_cast<int64_t>(job.rows) * job.fast.chunks <= resident_[static_cast<int>(job.dtype)];
   }
 
   // The fast kernel's workspace and shape for a call of `rows` rows of `dtype` logits. Chunks grow
@@ -247,6 +260,7 @@ class CudaBackend final : public SamplerBackend {
   bool programmatic_launch_ = false;  // the exact kernel as a programmatic dependent of the fast one
   int32_t resident_[3] = {1, 1, 1};  // fast-kernel blocks the device holds at once, per dtype
   int32_t forced_tiles_per_chunk_ = 0;
+  int32_t forced_separate_rows_ = -1;  // -1: separate_stage2's rule
   cuda::TileStat* stats_ = nullptr;
   unsigned long long* cands_ = nullptr;
   int32_t* counters_ = nullptr;

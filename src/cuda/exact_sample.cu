@@ -12,6 +12,7 @@
 #include "cuda/arg_max.cuh"
 #include "cuda/block_select.cuh"
 #include "cuda/cuda_check.hpp"
+#include "cuda/dependent_launch.cuh"
 #include "cuda/prologue.cuh"
 #include "cuda/row_job.cuh"
 #include "cuda/row_outputs.cuh"
@@ -501,9 +502,7 @@ __global__ void __launch_bounds__(kBlock) exact_sample_kernel(RowJob job) {
   extern __shared__ unsigned long long gathered[];  // final distribution, final_capacity keys
   // Launched as a programmatic dependent of the fast kernel: wait until that grid has completed and
   // its writes are visible (a no-op for a plain launch).
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  wait_for_prerequisite_grid();
   timeline_mark(kMarkEntry);
   if (job.exact_flags && __ldcg(job.fast.flagged) == 0) {
     commit_rows(job, blockIdx.x * kBlock + threadIdx.x, gridDim.x * kBlock);

@@ -1,7 +1,9 @@
 // The fast path as one kernel: grid (chunks, rows) of kFastThreads. Every block runs stage 1 on its
-// chunk of tiles; the last block of a row to finish runs stage 2 for the row. Tile size, chunk size
+// chunk of tiles; the last block of a row to finish runs stage 2 for the row (small batches: the
+// separate row_stage2_kernel does, row_stage2.cu). Tile size, chunk size
 // and launch shape depend on V, the dtype and the grid only; results never depend on them.
 #include "cuda/cuda_check.hpp"
+#include "cuda/dependent_launch.cuh"
 #include "cuda/prologue.cuh"
 #include "cuda/row_job.cuh"
 #include "cuda/row_outputs.cuh"
@@ -22,19 +24,9 @@ namespace {
 // The stage-1 slots and stage 2's workspace share the block's dynamic shared memory (stage 2 starts
 // once every copy has landed).
 // Stage 2 must not need more than stage 1's slots, or fewer blocks would fit an SM.
-static_assert(sizeof(Stage2Shared) <= kStageBytes<DType::kF32>, "stage 2's shared memory outgrows the stage-1 slots");
+static_assert(sizeof(Stage2Shared<kFastThreads>) <= kStageBytes<DType::kF32>, "stage 2's shared memory outgrows the stage-1 slots");
 template <DType D>
-constexpr size_t kFastSharedBytes = kStageBytes<D> > sizeof(Stage2Shared) ? kStageBytes<D> : sizeof(Stage2Shared);
-
-// The exact kernel (launched with programmatic stream serialization) may be scheduled once every
-// block of this grid has called this or exited: blocks call it when only their stage 2 is left, so
-// that its launch overlaps the last rows' stage 2 without taking SM room from stage 1. It waits for
-// this grid's completion (griddepcontrol.wait) before it reads anything.
-__device__ __forceinline__ void allow_dependent_launch() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+constexpr size_t kFastSharedBytes = kStageBytes<D> > sizeof(Stage2Shared<kFastThreads>) ? kStageBytes<D> : sizeof(Stage2Shared<kFastThreads>);
 
 template <DType D>
 __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_sample_kernel(RowJob job) {
@@ -43,7 +35,7 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
   __shared__ int last;
   timeline_mark(kMarkEntry);
   StepSlot<D>* slots = reinterpret_cast<StepSlot<D>*>(dynamic_shared);
-  Stage2Shared& s2 = *reinterpret_cast<Stage2Shared*>(dynamic_shared);
+  Stage2Shared<kFastThreads>& s2 = *reinterpret_cast<Stage2Shared<kFastThreads>*>(dynamic_shared);
   const int32_t r = blockIdx.y, chunk = blockIdx.x;
   const SlotTableView& tab = job.table;
   const int32_t V = tab.vocab_size;
@@ -88,6 +80,10 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
     }
   }
   allow_dependent_launch();
+  if (job.fast.separate_stage2) {  // row_stage2_kernel, launched next, runs it with more threads
+    timeline_mark(kMarkExit);
+    return;
+  }
   // Stage 2 reads the row's request afresh, so that stage 1 holds none of it in registers.
   resolve_call_row(job, r, &slot, &mask, &w);
   const RowPrologue pro = call_row_prologue(job, slot, mask, w);
@@ -128,7 +124,11 @@ int fast_sample_blocks_per_sm(DType dtype) {
 
 #if SONIC_TIMELINE
 extern "C" int sonic_timeline_read(int kernel, unsigned long long* out, int blocks) {
-  return kernel == 1 ? read_exact_timeline(out, blocks) : read_timeline_table(out, blocks);
+  switch (kernel) {
+    case 1: return read_exact_timeline(out, blocks);
+    case 2: return read_row_stage2_timeline(out, blocks);
+    default: return read_timeline_table(out, blocks);
+  }
 }
 #endif
 

@@ -79,6 +79,7 @@ struct FastScratch {
   int32_t tiles_per_chunk;
   int32_t chunks;               // ceil(tiles / tiles_per_chunk) <= kMaxChunks
   int32_t chunk_capacity;       // candidates a chunk may write: tiles_per_chunk * tile_candidates
+  bool separate_stage2;         // stage 2 in row_stage2_kernel (small batches), not in the last block
 };
 
 // Sampler::top_k's outputs: when k > 0 the fast kernel runs the top-k of raw logits instead of sampling.
@@ -142,6 +143,13 @@ struct RowJob {
 // The fast path, one kernel: stage 1 on every (chunk, row), stage 2 in the last block of each row to
 // finish. Rows it cannot settle are flagged in job.fast.exact_flags. Reads the request table only.
 void launch_fast_sample(const RowJob& job, cudaStream_t stream);
+
+// Stage 2 of a call whose fast kernel ran with fast.separate_stage2: one block of kRowStage2Threads a
+// row (four times the fast kernel's block), for batches too small to fill the device, where a row's
+// stage 2 on one SM is most of the call. With programmatic (compute capability 9.0 and later), it is
+// launched as a programmatic dependent of the fast kernel launched just before it on the stream.
+constexpr int32_t kRowStage2Threads = 512;
+void launch_row_stage2(const RowJob& job, bool programmatic, cudaStream_t stream);
 
 // Blocks of the fast kernel an SM holds at once for a dtype (sizes the chunks). Call once per device
 // before launching: it also sets the kernel's shared-memory limit.

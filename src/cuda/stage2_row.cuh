@@ -23,13 +23,16 @@ namespace sonic::cuda {
 constexpr int32_t kGatherCap = 768;     // keys of a row's prefix sorted in shared memory
 constexpr int32_t kBoundCap = 2048;     // candidates at or above the row's bound kept in shared memory
                                         // (3 N(0,1) logits at V = 152K have about 900)
-constexpr int kScanItems = kGatherCap / kFastThreads;
+template <int Threads>
+constexpr int kScanItems = (kGatherCap + Threads - 1) / Threads;  // prefix keys a thread scans
 constexpr int32_t kTopKSlack = 16;   // top-k rows sort about k + kTopKSlack keys (rounding margin)
 
+// Stage 2's shared memory for a block of Threads threads.
+template <int Threads>
 struct Stage2Shared {
   union {
-    cub::BlockScan<double, kFastThreads>::TempStorage scan;
-    cub::BlockReduce<ArgMaxD, kFastThreads>::TempStorage argmax;
+    typename cub::BlockScan<double, Threads>::TempStorage scan;
+    typename cub::BlockReduce<ArgMaxD, Threads>::TempStorage argmax;
   } temp;
   unsigned long long gathered[kBoundCap];   // x keys at or above the row's bound
   unsigned long long sorted[kGatherCap];    // z keys, descending
@@ -57,7 +60,7 @@ struct Stage2Shared {
   int32_t token;
   int32_t kept;
   double kept_sum;
-  int32_t hist[kFastThreads];
+  int32_t hist[Threads];
   float tau;
 };
 
@@ -82,7 +85,8 @@ __device__ __forceinline__ int warp_inclusive_sum(int v) {
 
 // Warp 0 merges the row's chunk statistics into `sh` (at most 64 chunks, two a lane), with the
 // offsets of each chunk's candidates in the row's list.
-__device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const RowKind& k, Stage2Shared& sh) {
+template <int Threads>
+__device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const RowKind& k, Stage2Shared<Threads>& sh) {
   const int lane = threadIdx.x & 31;
   const int32_t chunks = job.fast.chunks;
   const TileStat* stats = job.fast.stats + static_cast<int64_t>(r) * chunks;
@@ -154,8 +158,9 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
 // Steps 6-8 on the sorted prefix sh.sorted[0, n) of the row's total order (every other valid token
 // has z <= zl < every prefix z). Returns the size of the kept set (a prefix), or -1 when the kept set
 // or a quantity that decides it lies beyond the prefix.
+template <int Threads>
 __device__ __forceinline__ int decide_kept(const SlotParams& p, int32_t V, float zm, float zl, int n, int valid,
-                                           const Stage2Shared& sh) {
+                                           const Stage2Shared<Threads>& sh) {
   if (n == 0) return -1;
   const bool complete = n == valid;  // the prefix is the whole row
   const bool top_k_on = p.top_k > 0 && p.top_k < V;
@@ -263,16 +268,16 @@ __device__ __forceinline__ void warp_append_batch(unsigned long long* dst, int* 
 // with cand_off[c] <= i < cand_off[c + 1]; a thread's indices only grow, so it finds their chunks
 // by walking forward (about one step a batch entry at B = 1, where a chunk holds about 100
 // candidates), not by a search each.
-template <int N, class G>
-__device__ __forceinline__ void for_each_listed_batch(const RowJob& job, int32_t r, const Stage2Shared& sh, G&& g) {
+template <int N, int Threads, class G>
+__device__ __forceinline__ void for_each_listed_batch(const RowJob& job, int32_t r, const Stage2Shared<Threads>& sh, G&& g) {
   const int n_all = sh.n_all, chunks = sh.chunks;
   const unsigned long long* list = job.fast.cands + static_cast<int64_t>(r) * job.fast.cand_stride;
   int c = 0, c_off = 0, next_off = chunks > 1 ? sh.cand_off[1] : 0x7FFFFFFF;
-  for (int base = threadIdx.x; base - (threadIdx.x & 31) < n_all; base += N * kFastThreads) {
+  for (int base = threadIdx.x; base - (threadIdx.x & 31) < n_all; base += N * Threads) {
     unsigned long long key[N];
 #pragma unroll
     for (int b = 0; b < N; ++b) {
-      const int i = base + b * kFastThreads;
+      const int i = base + b * Threads;
       key[b] = 0ull;
       if (i < n_all) {
         while (i >= next_off) {  // chunk c + 1 starts at or before i
@@ -289,8 +294,8 @@ __device__ __forceinline__ void for_each_listed_batch(const RowJob& job, int32_t
 
 // Calls f(key, listed) for each of the row's candidates, `listed` telling whether the key is at or
 // above the row's bound; the lanes of a warp call it together (four loads in flight a thread).
-template <class F>
-__device__ __forceinline__ void for_each_listed(const RowJob& job, int32_t r, const Stage2Shared& sh, F&& f) {
+template <int Threads, class F>
+__device__ __forceinline__ void for_each_listed(const RowJob& job, int32_t r, const Stage2Shared<Threads>& sh, F&& f) {
   const unsigned long long bound = sh.bound;
   for_each_listed_batch<4>(job, r, sh, [&](const unsigned long long (&key)[4]) {
 #pragma unroll
@@ -306,8 +311,9 @@ __device__ __forceinline__ void for_each_listed(const RowJob& job, int32_t r, co
 // above kGatherCap means the prefix did not fit (nothing is sorted then). The candidates at or above
 // the bound are read from the list once, into shared memory, when they fit (the common case). With
 // with_x, sh.sorted_x[i] holds the x key of sh.sorted[i].
+template <int Threads>
 __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, int32_t want, float cut, bool with_x,
-                               Stage2Shared& sh) {
+                               Stage2Shared<Threads>& sh) {
   const int tid = threadIdx.x;
   const unsigned long long bound = sh.bound;
   // The candidates at or above the bound into shared memory: four loads in flight a thread (eight
@@ -328,7 +334,7 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
   // f(key, listed) over the candidates at or above the bound, whole warps at a time.
   auto for_each_candidate = [&](auto&& f) {
     if (in_smem) {
-      for (int i = tid; i - (tid & 31) < n_bound; i += kFastThreads) {
+      for (int i = tid; i - (tid & 31) < n_bound; i += Threads) {
         const bool have = i < n_bound;
         f(have ? sh.gathered[i] : 0ull, have);
       }
@@ -341,15 +347,15 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
   if (want > 0 && bound && n_bound > want + kTopKSlack + 64 && mx < INFINITY && mx - xb > 0.0f) {
     sh.hist[tid] = 0;
     __syncthreads();
-    const float scale = static_cast<float>(kFastThreads) / (mx - xb);
+    const float scale = static_cast<float>(Threads) / (mx - xb);
     for_each_candidate([&](unsigned long long key, bool listed) {
       if (!listed) return;
       const float d = (mx - detail::key_value(key)) * scale;
-      atomicAdd(&sh.hist[min(kFastThreads - 1, static_cast<int>(d))], 1);
+      atomicAdd(&sh.hist[min(Threads - 1, static_cast<int>(d))], 1);
     });
     __syncthreads();
     if (tid < 32) {  // the first bin b whose cumulative count reaches want + kTopKSlack
-      constexpr int kPer = kFastThreads / 32;
+      constexpr int kPer = Threads / 32;
       int c[kPer], own = 0;
 #pragma unroll
       for (int q = 0; q < kPer; ++q) own += (c[q] = sh.hist[tid * kPer + q]);
@@ -393,7 +399,7 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
   timeline_value(kValuePrefix, n);
   if (n <= kGatherCap) {
     // Sort by rank: keys are distinct, so each key's rank is the number of larger keys.
-    for (int i = tid; i < n; i += kFastThreads) {
+    for (int i = tid; i < n; i += Threads) {
       const unsigned long long key = sh.staged[i];
       int pos = 0;
       for (int j = 0; j < n; ++j) pos += sh.staged[j] > key;
@@ -421,8 +427,9 @@ __device__ __forceinline__ bool asks_ranks(const RowOutputs& out, const SlotPara
 // keys), so counts and orders over the prefix are the row's: a token t with score >= the kept
 // token's lies inside it. The caller checked that the prefix holds the top N (or the whole row).
 // The whole block calls it.
+template <int Threads>
 __device__ void write_prefix_ranks(const RowJob& job, int32_t r, const RowPrologue& pro, int32_t token, int kept,
-                                   double kept_sum, float zm, Stage2Shared& sh) {
+                                   double kept_sum, float zm, Stage2Shared<Threads>& sh) {
   const RowOutputs& out = job.out;
   const int tid = threadIdx.x;
   const int n = sh.n;
@@ -440,13 +447,13 @@ __device__ void write_prefix_ranks(const RowJob& job, int32_t r, const RowProlog
     sh.rank = 0;
   }
   __syncthreads();
-  for (int i = tid; i < kept; i += kFastThreads)
+  for (int i = tid; i < kept; i += Threads)
     if (detail::key_token(sh.sorted[i]) == token) sh.at = i;
   __syncthreads();
   if (out.rank) {  // vLLM's rule: the tokens whose logprob is >= the token's
     const float s = sh.at >= 0 ? score(sh.at) : INFINITY;  // the token is always kept
     int c = 0;
-    for (int i = tid; i < scope; i += kFastThreads) c += score(i) >= s;
+    for (int i = tid; i < scope; i += Threads) c += score(i) >= s;
     c = warp_sum(c);
     if ((tid & 31) == 0 && c) atomicAdd(&sh.rank, c);
     __syncthreads();
@@ -457,7 +464,7 @@ __device__ void write_prefix_ranks(const RowJob& job, int32_t r, const RowProlog
   int32_t* ids = out.top_ids + r * out.top_stride;
   float* lps = out.top_logprobs + r * out.top_stride;
   if (raw) {  // the prefix is in z order: place the entries by their x order
-    for (int i = tid; i < n; i += kFastThreads) {
+    for (int i = tid; i < n; i += Threads) {
       const unsigned long long key = sh.sorted_x[i];
       int pos = 0;
       for (int j = 0; j < n && pos < m; ++j) pos += sh.sorted_x[j] > key;
@@ -467,23 +474,25 @@ __device__ void write_prefix_ranks(const RowJob& job, int32_t r, const RowProlog
       }
     }
   } else {
-    for (int i = tid; i < m; i += kFastThreads) {
+    for (int i = tid; i < m; i += Threads) {
       ids[i] = detail::key_token(sh.sorted[i]);
       lps[i] = logprob(i);
     }
   }
-  for (int64_t i = m + tid; i < out.top_stride; i += kFastThreads) {
+  for (int64_t i = m + tid; i < out.top_stride; i += Threads) {
     ids[i] = -1;
     lps[i] = -INFINITY;
   }
 }
 
 // Stage 2 for row r (the whole block).
+template <int Threads>
 __device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro, const RowKind& k, const VerifyRow& w,
-                            int kept, double kept_sum, float zm, int32_t token, Stage2Shared& sh);
+                            int kept, double kept_sum, float zm, int32_t token, Stage2Shared<Threads>& sh);
 
+template <int Threads>
 __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const RowPrologue& pro, const RowKind& k,
-                           const VerifyRow& w, Stage2Shared& sh) {
+                           const VerifyRow& w, Stage2Shared<Threads>& sh) {
   const SlotTableView& tab = job.table;
   const int32_t V = tab.vocab_size;
   const RowOutputs& out = job.out;
@@ -546,16 +555,16 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     if (n > kGatherCap || n < min(n_top, sh.valid)) {
       exact = true;
     } else {
-      double e[kScanItems];
+      double e[kScanItems<Threads>];
 #pragma unroll
-      for (int q = 0; q < kScanItems; ++q) {
-        const int i = tid * kScanItems + q;
+      for (int q = 0; q < kScanItems<Threads>; ++q) {
+        const int i = tid * kScanItems<Threads> + q;
         e[q] = i < n ? exp(static_cast<double>(detail::key_value(sh.sorted[i])) - static_cast<double>(zm)) : 0.0;
       }
-      cub::BlockScan<double, kFastThreads>(sh.temp.scan).InclusiveSum(e, e);
+      cub::BlockScan<double, Threads>(sh.temp.scan).InclusiveSum(e, e);
 #pragma unroll
-      for (int q = 0; q < kScanItems; ++q) {
-        const int i = tid * kScanItems + q;
+      for (int q = 0; q < kScanItems<Threads>; ++q) {
+        const int i = tid * kScanItems<Threads> + q;
         if (i < n) sh.cum[i] = e[q];
       }
       __syncthreads();
@@ -572,13 +581,13 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
         const uint32_t purpose = detail::purpose(detail::Draw::kSampling, pro.position);
         const uint64_t step = tab.step[slot];
         ArgMaxD local{0.0, -1};
-        for (int i = tid; i < kept; i += kFastThreads) {
+        for (int i = tid; i < kept; i += Threads) {
           const int32_t t = detail::key_token(sh.sorted[i]);
           const double g = detail::gumbel_from_uniform_exact(
               detail::uniform_from_word(detail::random_word(p.seed, step, purpose, static_cast<uint32_t>(t))));
           local = better(local, ArgMaxD{static_cast<double>(detail::key_value(sh.sorted[i])) + g, t});
         }
-        const ArgMaxD w = cub::BlockReduce<ArgMaxD, kFastThreads>(sh.temp.argmax).Reduce(local, BetterOp());
+        const ArgMaxD w = cub::BlockReduce<ArgMaxD, Threads>(sh.temp.argmax).Reduce(local, BetterOp());
         if (tid == 0) sh.token = w.token;
         __syncthreads();
         timeline_mark(kMarkSampled);
@@ -605,7 +614,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     int32_t* ids = out.final_ids + r * out.final_stride;
     float* probs = out.final_probs + r * out.final_stride;
     const bool fits = kept <= out.final_capacity;
-    for (int64_t i = tid; i < out.final_stride; i += kFastThreads) {
+    for (int64_t i = tid; i < out.final_stride; i += Threads) {
       const bool have = fits && i < kept;
       ids[i] = have ? detail::key_token(sh.sorted[i]) : -1;
       float prob = 0.0f;
@@ -618,7 +627,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
   }
   if (prefix_ranks) write_prefix_ranks(job, r, pro, token, kept, kept_sum, zm, sh);
   else if (out.top_ids)  // top_n == 0: padding only
-    for (int64_t i = tid; i < out.top_stride; i += kFastThreads) {
+    for (int64_t i = tid; i < out.top_stride; i += Threads) {
       out.top_ids[r * out.top_stride + i] = -1;
       out.top_logprobs[r * out.top_stride + i] = -INFINITY;
     }
@@ -649,8 +658,9 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
 // The row verdict of a settled verification row (docs/design-verify.md). The kept set is
 // sh.sorted[0, kept) (z keys; greedy rows: the argmax alone) with p_i = exp(z_i - zm) / kept_sum;
 // token is the row's kind-0 sample at its position (greedy rows: the argmax).
+template <int Threads>
 __device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro, const RowKind& k, const VerifyRow& w,
-                            int kept, double kept_sum, float zm, int32_t token, Stage2Shared& sh) {
+                            int kept, double kept_sum, float zm, int32_t token, Stage2Shared<Threads>& sh) {
   const VerifyJob& v = job.verify;
   const SlotParams& p = pro.p;
   const int tid = threadIdx.x;
@@ -668,13 +678,13 @@ __device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro
   auto correction = [&](uint32_t pos, auto&& score_of) {
     const uint32_t purpose = detail::purpose(detail::Draw::kCorrection, pos);
     ArgMaxD local{0.0, -1};
-    for (int i = tid; i < kept; i += kFastThreads) {
+    for (int i = tid; i < kept; i += Threads) {
       const double s = score_of(i);
       if (!(s > -INFINITY)) continue;
       const int32_t t = detail::key_token(sh.sorted[i]);
       local = better(local, ArgMaxD{s + gumbel_exact(p.seed, step, purpose, t), t});
     }
-    const ArgMaxD best = cub::BlockReduce<ArgMaxD, kFastThreads>(sh.temp.argmax).Reduce(local, BetterOp());
+    const ArgMaxD best = cub::BlockReduce<ArgMaxD, Threads>(sh.temp.argmax).Reduce(local, BetterOp());
     __syncthreads();
     if (tid == 0) sh.token = best.token;
     __syncthreads();
@@ -695,7 +705,7 @@ __device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro
     // p_j(d_j): d_j's place in the kept set, if any.
     if (tid == 0) sh.kept = -1;
     __syncthreads();
-    for (int i = tid; i < kept; i += kFastThreads)
+    for (int i = tid; i < kept; i += Threads)
       if (detail::key_token(sh.sorted[i]) == dj) sh.kept = i;
     __syncthreads();
     const int at = sh.kept;

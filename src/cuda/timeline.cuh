@@ -68,7 +68,8 @@ static __device__ unsigned long long timeline_ns[kTimelineBlocks][kTimelineColum
   SONIC_CUDA_CHECK(cudaDeviceSynchronize());
   return n;
 }
-int read_exact_timeline(unsigned long long* out, int blocks);  // exact_sample.cu's table
+int read_exact_timeline(unsigned long long* out, int blocks);      // exact_sample.cu's table
+int read_row_stage2_timeline(unsigned long long* out, int blocks);  // row_stage2.cu's
 #endif
 
 __device__ __forceinline__ void timeline_mark(int mark) {
@@ -106,7 +107,7 @@ __device__ __forceinline__ void timeline_clock(int value) {
 }  // namespace sonic::cuda
 
 #if SONIC_TIMELINE
-// Copies a kernel's table (kernel 0: the fast kernel, 1: the exact kernel) into out
+// Copies a kernel's table (kernel 0: the fast kernel, 1: the exact kernel, 2: row_stage2_kernel) into out
 // ([blocks][kTimelineColumns], blocks <= kTimelineBlocks) after the device is idle, then clears it.
 extern "C" __attribute__((visibility("default"))) int sonic_timeline_read(int kernel, unsigned long long* out,
                                                                          int blocks);

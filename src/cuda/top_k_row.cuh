@@ -31,7 +31,7 @@ __device__ __forceinline__ void top_k_prologue(RowPrologue* pro, RowKind* kind, 
   kind->top_k = k <= kFastThreads ? k : 0;
 }
 
-__device__ void top_k_row(const RowJob& job, int32_t r, const RowKind& kind, Stage2Shared& sh) {
+__device__ void top_k_row(const RowJob& job, int32_t r, const RowKind& kind, Stage2Shared<kFastThreads>& sh) {
   const int tid = threadIdx.x;
   const TopKJob& out = job.top_k;
   if (tid < 32) merge_tiles(job, r, kind, sh);

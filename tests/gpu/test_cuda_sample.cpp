@@ -344,6 +344,26 @@ TEST(CudaChunking, SmallVocabularyForcedChunks) {
   }
 }
 
+// Stage 2 runs in the last block of a row or, for calls whose fast-kernel grid fits the device at
+// once, in row_stage2_kernel (512 threads a row): both placements, forced, give the reference's
+// tokens. A small vocabulary for compute-sanitizer, the benchmark's for the real shapes.
+void placements_agree(int32_t V, std::initializer_list<int32_t> batches, int steps) {
+  for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16})
+    for (const char* rows : {"0", "100000"})
+      for (const int32_t R : batches) {
+        SCOPED_TRACE(std::string("separate stage 2 up to ") + rows + " rows, R = " + std::to_string(R));
+        ASSERT_EQ(setenv("SONIC_CUDA_SEPARATE_STAGE2_ROWS", rows, 1), 0);
+        const auto [compared, near_ties] = agreement_run(AgreementCase{V, dtype}, R, steps, 500 + R + V);
+        unsetenv("SONIC_CUDA_SEPARATE_STAGE2_ROWS");
+        std::printf("V=%d stage 2 separate up to %s rows, R=%d dtype=%d: %d rows compared, %d near-tie disagreements\n",
+                    V, rows, R, static_cast<int>(dtype), compared, near_ties);
+        EXPECT_LE(near_ties, compared / 20);
+      }
+}
+
+TEST(CudaStage2Placement, LastBlockAndRowKernelAgree) { placements_agree(151936, {4, 16}, 3); }
+TEST(CudaStage2Placement, SmallVocabulary) { placements_agree(30001, {6}, 2); }
+
 INSTANTIATE_TEST_SUITE_P(
     AllShapes, CudaAgreement,
     ::testing::Values(AgreementCase{1000, sonic::DType::kF32}, AgreementCase{1000, sonic::DType::kBF16},

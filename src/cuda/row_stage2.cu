@@ -1,0 +1,57 @@
+// Stage 2 as a kernel of its own, for small batches: a block of kRowStage2Threads a row. The fast
+// kernel's block is sized for stage 1 (128 threads, four blocks an SM); with a few rows, stage 2 of a
+// row in one such block is most of the call (B = 1: 26 of 36 us, four warps working through about
+// 3500 candidates and a chain of barriers), while every other SM idles. The same stage2_row code runs
+// here with four times the warps. The launch waits for the fast kernel (programmatic dependent
+// launch, so its start overlaps the fast kernel's last blocks) and lets the exact kernel's launch
+// overlap in turn.
+#include "cuda/cuda_check.hpp"
+#include "cuda/dependent_launch.cuh"
+#include "cuda/prologue.cuh"
+#include "cuda/row_job.cuh"
+#include "cuda/stage2_row.cuh"
+#include "cuda/timeline.cuh"
+#include "cuda/verify_row.cuh"
+
+namespace sonic::cuda {
+namespace {
+
+__global__ void __launch_bounds__(kRowStage2Threads) row_stage2_kernel(RowJob job) {
+  __shared__ Stage2Shared<kRowStage2Threads> sh;
+  wait_for_prerequisite_grid();  // every chunk of every row is done and visible
+  allow_dependent_launch();
+  const int32_t r = blockIdx.x;
+  int32_t slot;
+  const int32_t* mask;
+  VerifyRow w;
+  // Rows that are not kRowOk were settled by the fast kernel's chunk 0 (and counted no chunks).
+  if (resolve_call_row(job, r, &slot, &mask, &w) != kRowOk) return;
+  const RowPrologue pro = call_row_prologue(job, slot, mask, w);
+  timeline_mark(kMarkStage2);
+  timeline_clock(kValueClockStage2);
+  stage2_row(job, r, slot, pro, row_kind(pro, job, job.table.vocab_size), w, sh);
+  timeline_clock(kValueClockExit);
+  timeline_mark(kMarkExit);
+}
+
+}  // namespace
+
+#if SONIC_TIMELINE
+int read_row_stage2_timeline(unsigned long long* out, int blocks) { return read_timeline_table(out, blocks); }
+#endif
+
+void launch_row_stage2(const RowJob& job, bool programmatic, cudaStream_t stream) {
+  if (job.rows == 0) return;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(job.rows);
+  cfg.blockDim = dim3(kRowStage2Threads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = programmatic ? 1 : 0;
+  SONIC_CUDA_CHECK(cudaLaunchKernelEx(&cfg, row_stage2_kernel, job));
+}
+
+}  // namespace sonic::cuda
