@@ -214,13 +214,15 @@ class CudaBackend final : public SamplerBackend {
     cuda::launch_exact_sample(job, 2 * sms_, programmatic_launch_, stream);
   }
 
-  // Stage 2 in its own kernel (more threads a row) when the fast kernel's blocks all fit the device
-  // at once: no row's stage 2 then overlaps another's stage 1, and it runs on a few SMs while the
-  // rest idle. Larger grids keep it in each row's last block, where it overlaps the later chunks.
-  // A call's shape decides it, never its data.
+  // Stage 2 in its own kernel (a block of 512 threads a row) for calls of at most one row for two
+  // SMs: a row's stage 2 in the fast kernel's last block (four warps) is then the call's critical
+  // path while most SMs idle. Larger batches keep it in each row's last block, where it overlaps the
+  // later chunks' stage 1 and the rows' stage 2 fill the SMs. H200, V = 151936, graph: the separate
+  // kernel was as fast or faster at every B <= 64 (fp32 B = 1 34.0 -> 25.0 us, B = 32 44.3 -> 39.6,
+  // B = 64 50.4 -> 49.9; bf16 B = 64 47.2 -> 43.7). A call's shape decides it, never its data.
   bool separate_stage2(const cuda::RowJob& job) const {
     if (forced_separate_rows_ >= 0) return job.rows <= forced_separate_rows_;
-    return static_cast<int64_t>(job.rows) * job.fast.chunks <= resident_[static_cast<int>(job.dtype)];
+    return 2 * job.rows <= sms_;
   }
 
   // The fast kernel's workspace and shape for a call of `rows` rows of `dtype` logits. Chunks grow

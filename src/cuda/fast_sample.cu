@@ -43,6 +43,9 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
   const void* row = static_cast<const char*>(job.logits) + static_cast<int64_t>(r) * job.row_stride * elem_bytes(D);
   const bool vec_ok = (reinterpret_cast<uintptr_t>(row) & 15) == 0;
   start_chunk<D>(job, chunk, row, vec_ok, slots);
+  // row_stage2_kernel's blocks may take their SMs at once (small batches leave most SMs idle) and
+  // wait there, so that only the grid's completion separates the two kernels.
+  if (job.fast.separate_stage2) allow_dependent_launch();
   if (job.top_k.k > 0) {  // Sampler::top_k: raw logits, no request
     RowPrologue pro;
     RowKind kind;

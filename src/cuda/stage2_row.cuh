@@ -263,15 +263,31 @@ __device__ __forceinline__ void warp_append_batch(unsigned long long* dst, int* 
     }
 }
 
+// The chunk c holding candidate i of the row (cand_off[c] <= i < cand_off[c + 1], so the last c
+// with cand_off[c] <= i) and that offset: a branch-free search of six steps over up to kMaxChunks
+// offsets. A block's N searches are independent, so they overlap.
+__device__ __forceinline__ int chunk_of(const int32_t* cand_off, int chunks, int i, int* off) {
+  int c = 0, o = 0;
+#pragma unroll
+  for (int step = kMaxChunks / 2; step > 0; step >>= 1) {
+    const int at = c + step;
+    const int v = at < chunks ? cand_off[at] : 0x7FFFFFFF;
+    if (v <= i) c = at, o = v;
+  }
+  *off = o;
+  return c;
+}
+
 // Calls g(key) with key[N] for the row's candidates, in batches of independent loads (0:
 // past the end); the lanes of a warp call it together. Candidate i of the row lies in the chunk c
-// with cand_off[c] <= i < cand_off[c + 1]; a thread's indices only grow, so it finds their chunks
-// by walking forward (about one step a batch entry at B = 1, where a chunk holds about 100
-// candidates), not by a search each.
+// with cand_off[c] <= i < cand_off[c + 1]. In the fast kernel's block a thread's indices grow by
+// 128, about one chunk at B = 1 (about 100 candidates a chunk), so it finds their chunks by walking
+// forward; wider blocks stride past several chunks a step and search instead.
 template <int N, int Threads, class G>
 __device__ __forceinline__ void for_each_listed_batch(const RowJob& job, int32_t r, const Stage2Shared<Threads>& sh, G&& g) {
   const int n_all = sh.n_all, chunks = sh.chunks;
   const unsigned long long* list = job.fast.cands + static_cast<int64_t>(r) * job.fast.cand_stride;
+  const int64_t capacity = job.fast.chunk_capacity;
   int c = 0, c_off = 0, next_off = chunks > 1 ? sh.cand_off[1] : 0x7FFFFFFF;
   for (int base = threadIdx.x; base - (threadIdx.x & 31) < n_all; base += N * Threads) {
     unsigned long long key[N];
@@ -280,12 +296,16 @@ __device__ __forceinline__ void for_each_listed_batch(const RowJob& job, int32_t
       const int i = base + b * Threads;
       key[b] = 0ull;
       if (i < n_all) {
-        while (i >= next_off) {  // chunk c + 1 starts at or before i
-          ++c;
-          c_off = next_off;
-          next_off = c + 1 < chunks ? sh.cand_off[c + 1] : 0x7FFFFFFF;
+        if constexpr (Threads > kFastThreads) {
+          c = chunk_of(sh.cand_off, chunks, i, &c_off);
+        } else {
+          while (i >= next_off) {  // chunk c + 1 starts at or before i
+            ++c;
+            c_off = next_off;
+            next_off = c + 1 < chunks ? sh.cand_off[c + 1] : 0x7FFFFFFF;
+          }
         }
-        key[b] = __ldcg(list + static_cast<int64_t>(c) * job.fast.chunk_capacity + (i - c_off));
+        key[b] = __ldcg(list + c * capacity + (i - c_off));
       }
     }
     g(key);
@@ -316,9 +336,10 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
                                Stage2Shared<Threads>& sh) {
   const int tid = threadIdx.x;
   const unsigned long long bound = sh.bound;
-  // The candidates at or above the bound into shared memory: four loads in flight a thread (eight
-  // gained 0.8 us more at B = 1 but spilled, +9 % at B = 512), one shared atomic a warp and batch.
-  constexpr int kBatch = 4;
+  // The candidates at or above the bound into shared memory: four loads in flight a thread in the
+  // fast kernel's block (eight gained 0.8 us more at B = 1 but spilled, +9 % at B = 512), eight in
+  // row_stage2_kernel's (4096 candidates a round), one shared atomic a warp and batch.
+  constexpr int kBatch = Threads > kFastThreads ? 8 : 4;
   for_each_listed_batch<kBatch>(job, r, sh, [&](const unsigned long long (&key)[kBatch]) {
     unsigned listed = 0;
 #pragma unroll
