@@ -18,15 +18,18 @@ namespace {
 
 __global__ void __launch_bounds__(kRowStage2Threads) row_stage2_kernel(RowJob job) {
   __shared__ Stage2Shared<kRowStage2Threads> sh;
-  wait_for_prerequisite_grid();  // every chunk of every row is done and visible
-  allow_dependent_launch();
   const int32_t r = blockIdx.x;
   int32_t slot;
   const int32_t* mask;
   VerifyRow w;
-  // Rows that are not kRowOk were settled by the fast kernel's chunk 0 (and counted no chunks).
+  // The request is read before the wait: the fast kernel writes none of it (it reads the request
+  // table only), and every kernel before the fast one has completed, so its latency overlaps the
+  // fast kernel's last blocks. Rows that are not kRowOk were settled by the fast kernel's chunk 0
+  // (and counted no chunks).
   if (resolve_call_row(job, r, &slot, &mask, &w) != kRowOk) return;
   const RowPrologue pro = call_row_prologue(job, slot, mask, w);
+  wait_for_prerequisite_grid();  // every chunk of every row is done and visible
+  allow_dependent_launch();
   timeline_mark(kMarkStage2);
   timeline_clock(kValueClockStage2);
   stage2_row(job, r, slot, pro, row_kind(pro, job, job.table.vocab_size), w, sh);
