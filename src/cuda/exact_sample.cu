@@ -540,18 +540,8 @@ void launch_exact_sample(const RowJob& job, int32_t max_blocks, bool programmati
     SONIC_CUDA_CHECK(cudaFuncSetAttribute(exact_sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
   const int32_t blocks = job.rows < max_blocks ? job.rows : max_blocks;
-  // Programmatic dependent launch: the launch overlaps the fast kernel's last stage-2 blocks.
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(blocks);
-  cfg.blockDim = dim3(kBlock);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = programmatic ? 1 : 0;
-  SONIC_CUDA_CHECK(cudaLaunchKernelEx(&cfg, exact_sample_kernel, job));
+  // Programmatic dependent launch: the launch overlaps the last stage-2 blocks of the kernel before.
+  launch_dependent(exact_sample_kernel, dim3(blocks), dim3(kBlock), smem, programmatic, stream, job);
 }
 
 }  // namespace sonic::cuda

@@ -45,16 +45,7 @@ int read_row_stage2_timeline(unsigned long long* out, int blocks) { return read_
 
 void launch_row_stage2(const RowJob& job, bool programmatic, cudaStream_t stream) {
   if (job.rows == 0) return;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(job.rows);
-  cfg.blockDim = dim3(kRowStage2Threads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = programmatic ? 1 : 0;
-  SONIC_CUDA_CHECK(cudaLaunchKernelEx(&cfg, row_stage2_kernel, job));
+  launch_dependent(row_stage2_kernel, dim3(job.rows), dim3(kRowStage2Threads), 0, programmatic, stream, job);
 }
 
 }  // namespace sonic::cuda
