@@ -3,7 +3,9 @@
 # kernel durations (fast and exact kernels), its throughput/occupancy/stall sections and the sampled
 # warp stalls per CUDA source line (SourceCounters), summed and the top lines printed. Run through
 # the device tool from the repo root with .deps carried:
-#   scripts/ncu_source.sh        SONIC_NCU_B (default "1 512"), SONIC_PROFILE_CASE, SONIC_NCU_DTYPE
+#   scripts/ncu_source.sh        SONIC_NCU_B (default "1 512"), SONIC_PROFILE_CASE, SONIC_NCU_DTYPE,
+#                                SONIC_NCU_KERNEL (the kernel sampled line by line: default fast_sample;
+#                                row_stage2 for small batches' stage 2, which then runs alone on its SMs)
 # The per-line tables come back in $OUT/source_tables.tgz.
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
@@ -18,11 +20,11 @@ dtype=${SONIC_NCU_DTYPE:-fp32}
 for b in ${SONIC_NCU_B:-1 512}; do
   args=(--out /tmp/ncu_src.jsonl --B "$b" --V 151936 --dtype "$dtype" --case "$case_")
   echo "== B=$b $case_ $dtype: kernel durations (us)"
-  ncu --clock-control none --metrics gpu__time_duration.sum -k regex:"fast_sample|exact_sample" -s 4 -c 6 \
+  ncu --clock-control none --metrics gpu__time_duration.sum -k regex:"fast_sample|row_stage2|exact_sample" -s 6 -c 9 \
     "$bench" "${args[@]}" >"$L/durations_B$b.log" 2>&1
   grep -E "sample_kernel|gpu__time_duration" "$L/durations_B$b.log" | paste - - |
-    sed -E 's/.*(fast_sample_kernel|exact_sample_kernel).*gpu__time_duration.sum +([a-z]+) +([0-9.,]+).*/\1 \3 \2/' | head -6
-  ncu --clock-control none -k regex:fast_sample -s 2 -c 1 --section SpeedOfLight --section Occupancy \
+    sed -E 's/.*(fast_sample_kernel|row_stage2_kernel|exact_sample_kernel).*gpu__time_duration.sum +([a-z]+) +([0-9.,]+).*/\1 \3 \2/' | head -9
+  ncu --clock-control none -k regex:"${SONIC_NCU_KERNEL:-fast_sample}" -s 2 -c 1 --section SpeedOfLight --section Occupancy \
     --section WarpStateStats --section SchedulerStats --section SourceCounters --import-source yes \
     -f -o "$L/rep_B$b" "$bench" "${args[@]}" >"$L/ncu_B$b.log" 2>&1
   ncu -i "$L/rep_B$b.ncu-rep" --page details >"$L/details_B$b.txt" 2>&1
