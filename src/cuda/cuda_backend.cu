@@ -259,7 +259,7 @@ class CudaBackend final : public SamplerBackend {
   float* z_ = nullptr;
   int64_t cand_stride_ = 0;  // candidates a row may hold
   int32_t sms_ = 0;
-  bool programmatic_launch_ = false;  // the exact kernel as a programmatic dependent of the fast one
+  bool programmatic_launch_ = false;  // the row stage-2 and exact kernels as programmatic dependents
   int32_t resident_[3] = {1, 1, 1};  // fast-kernel blocks the device holds at once, per dtype
   int32_t forced_tiles_per_chunk_ = 0;
   int32_t forced_separate_rows_ = -1;  // -1: separate_stage2's rule

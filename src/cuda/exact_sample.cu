@@ -500,8 +500,8 @@ __global__ void __launch_bounds__(kBlock) exact_sample_kernel(RowJob job) {
   __shared__ Shared sh;
   __shared__ int last;
   extern __shared__ unsigned long long gathered[];  // final distribution, final_capacity keys
-  // Launched as a programmatic dependent of the fast kernel: wait until that grid has completed and
-  // its writes are visible (a no-op for a plain launch).
+  // Launched as a programmatic dependent of the kernel before it (fast or row stage 2): wait until
+  // that grid has completed and its writes are visible (a no-op for a plain launch).
   wait_for_prerequisite_grid();
   timeline_mark(kMarkEntry);
   if (job.exact_flags && __ldcg(job.fast.flagged) == 0) {

@@ -1,7 +1,7 @@
 // The fast path as one kernel: grid (chunks, rows) of kFastThreads. Every block runs stage 1 on its
-// chunk of tiles; the last block of a row to finish runs stage 2 for the row (small batches: the
-// separate row_stage2_kernel does, row_stage2.cu). Tile size, chunk size
-// and launch shape depend on V, the dtype and the grid only; results never depend on them.
+// chunk of tiles; the last block of a row to finish runs stage 2 for the row (for small batches
+// row_stage2_kernel does instead, row_stage2.cu). Tile size, chunk size and launch shape depend on V,
+// the dtype and the grid only; results never depend on them.
 #include "cuda/cuda_check.hpp"
 #include "cuda/dependent_launch.cuh"
 #include "cuda/prologue.cuh"

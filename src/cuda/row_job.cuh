@@ -163,7 +163,7 @@ void launch_exact_top_k(const RowJob& job, cudaStream_t stream);
 // rule of SPEC.md section 2 by full passes over the row), then the state updates of every row of the
 // call: the emitted tokens join the histories and the steps advance, after every row has read them.
 // With programmatic (devices of compute capability 9.0 and later), it is launched as a programmatic
-// dependent of the fast kernel launched just before it on the stream.
+// dependent of the kernel launched just before it on the stream (the fast kernel or row_stage2_kernel).
 void launch_exact_sample(const RowJob& job, int32_t max_blocks, bool programmatic, cudaStream_t stream);
 
 }  // namespace sonic::cuda

@@ -604,8 +604,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
         ArgMaxD local{0.0, -1};
         for (int i = tid; i < kept; i += Threads) {
           const int32_t t = detail::key_token(sh.sorted[i]);
-          const double g = detail::gumbel_from_uniform_exact(
-              detail::uniform_from_word(detail::random_word(p.seed, step, purpose, static_cast<uint32_t>(t))));
+          const double g = gumbel_exact(p.seed, step, purpose, t);
           local = better(local, ArgMaxD{static_cast<double>(detail::key_value(sh.sorted[i])) + g, t});
         }
         const ArgMaxD w = cub::BlockReduce<ArgMaxD, Threads>(sh.temp.argmax).Reduce(local, BetterOp());
