@@ -131,7 +131,9 @@ class CudaBackend final : public SamplerBackend {
     cuda::RowJob job = row_job(logits, nullptr, options);  // of the table only vocab_size is read
     job.top_k = cuda::TopKJob{k, out.ids, out.values, out.stride};
     const cudaStream_t stream = static_cast<cudaStream_t>(options.stream);
+    job.fast.separate_stage2 = separate_stage2(job);
     cuda::launch_fast_sample(job, stream);
+    if (job.fast.separate_stage2) cuda::launch_row_stage2(job, programmatic_launch_, stream);
     cuda::launch_exact_top_k(job, stream);
   }
 

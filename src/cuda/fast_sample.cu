@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
     top_k_prologue(&pro, &kind, job.top_k.k);
     if (stage1_chunk<D>(job, r, chunk, 0, pro, kind, row, vec_ok, slots, s1, &last)) {
       allow_dependent_launch();
-      top_k_row(job, r, kind, s2);
+      if (!job.fast.separate_stage2) top_k_row(job, r, kind, s2);
     }
     timeline_mark(kMarkExit);
     return;

@@ -11,6 +11,7 @@
 #include "cuda/row_job.cuh"
 #include "cuda/stage2_row.cuh"
 #include "cuda/timeline.cuh"
+#include "cuda/top_k_row.cuh"
 #include "cuda/verify_row.cuh"
 
 namespace sonic::cuda {
@@ -19,6 +20,17 @@ namespace {
 __global__ void __launch_bounds__(kRowStage2Threads) row_stage2_kernel(RowJob job) {
   __shared__ Stage2Shared<kRowStage2Threads> sh;
   const int32_t r = blockIdx.x;
+  if (job.top_k.k > 0) {  // Sampler::top_k: no request
+    RowPrologue pro;
+    RowKind kind;
+    top_k_prologue(&pro, &kind, job.top_k.k);
+    wait_for_prerequisite_grid();
+    allow_dependent_launch();
+    timeline_mark(kMarkStage2);
+    top_k_row(job, r, kind, sh);
+    timeline_mark(kMarkExit);
+    return;
+  }
   int32_t slot;
   const int32_t* mask;
   VerifyRow w;

@@ -34,7 +34,14 @@ struct Stage2Shared {
     typename cub::BlockScan<double, Threads>::TempStorage scan;
     typename cub::BlockReduce<ArgMaxD, Threads>::TempStorage argmax;
   } temp;
-  unsigned long long gathered[kBoundCap];   // x keys at or above the row's bound
+  union {
+    unsigned long long gathered[kBoundCap];  // x keys at or above the row's bound
+    struct {  // once the prefix is staged (gathered is read no more): the draw's noise, early
+      double staged_noise[kGatherCap];  // of staged[i]
+      double noise[kGatherCap];         // of sorted[i]
+      int32_t rank[kGatherCap];         // staged[i] is sorted[rank[i]]
+    } early;
+  };
   unsigned long long sorted[kGatherCap];    // z keys, descending
   union {
     unsigned long long staged[kGatherCap];  // z keys of the prefix, unordered
@@ -323,6 +330,18 @@ __device__ __forceinline__ void for_each_listed(const RowJob& job, int32_t r, co
   });
 }
 
+// A row's sampling noise: token t's is gumbel_exact(seed, step, purpose, t). Blocks wider than the
+// fast kernel's compute it for the whole prefix in their idle warps while others sort it (on = true),
+// into sh.early.noise, so that the draw after the decision is a reduction.
+struct SampleNoise {
+  bool on;
+  uint64_t seed;
+  uint64_t step;
+  uint32_t purpose;
+};
+template <int Threads>
+constexpr bool kEarlyNoise = Threads > kFastThreads;
+
 // Gathers the row's sorted prefix into sh.sorted[0, sh.n) as z keys (z = x / T) and returns zl: every
 // token outside the prefix has z <= zl < every z inside. Every token outside the candidate list lies
 // below the row bound's value xb, so any tau >= xb gives a true prefix: the listed tokens with
@@ -333,7 +352,7 @@ __device__ __forceinline__ void for_each_listed(const RowJob& job, int32_t r, co
 // with_x, sh.sorted_x[i] holds the x key of sh.sorted[i].
 template <int Threads>
 __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, int32_t want, float cut, bool with_x,
-                               Stage2Shared<Threads>& sh) {
+                               const SampleNoise& noise, Stage2Shared<Threads>& sh) {
   const int tid = threadIdx.x;
   const unsigned long long bound = sh.bound;
   // The candidates at or above the bound into shared memory: four loads in flight a thread in the
@@ -426,9 +445,20 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
       for (int j = 0; j < n; ++j) pos += sh.staged[j] > key;
       sh.sorted[pos] = key;
       if (with_x) sh.sorted_x[pos] = sh.staged_x[i];
+      if constexpr (kEarlyNoise<Threads>) sh.early.rank[i] = pos;
     }
+    // Meanwhile the block's last warps (the prefix is short: about 70 keys, so the sort is done by
+    // the first three) draw every prefix token's noise, the draw's long dependent chain.
+    if constexpr (kEarlyNoise<Threads>)
+      if (noise.on)
+        for (int i = Threads - 1 - tid; i < n; i += Threads)
+          sh.early.staged_noise[i] = gumbel_exact(noise.seed, noise.step, noise.purpose, detail::key_token(sh.staged[i]));
   }
   __syncthreads();
+  if constexpr (kEarlyNoise<Threads>)
+    if (noise.on && n <= kGatherCap) {  // in sorted order (read after the decision's barriers)
+      for (int i = tid; i < n; i += Threads) sh.early.noise[sh.early.rank[i]] = sh.early.staged_noise[i];
+    }
   return zl;
 }
 
@@ -569,7 +599,9 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     const bool top_k_on = p.top_k > 0 && p.top_k < V;
     const int32_t want = top_k_on ? max(p.top_k, n_top) : 0;
     const bool with_x = prefix_ranks && job.mode == LogprobMode::kRaw;
-    const float zl = gather_prefix(job, r, mx, T, want, cut, with_x, sh);
+    const SampleNoise noise{kEarlyNoise<Threads>, p.seed, kEarlyNoise<Threads> ? tab.step[slot] : 0ull,
+                            detail::purpose(detail::Draw::kSampling, pro.position)};
+    const float zl = gather_prefix(job, r, mx, T, want, cut, with_x, noise, sh);
     timeline_mark(kMarkGathered);
     const int n = sh.n;
     // The top N in the processed and raw modes must lie in the prefix (the final mode's are kept).
@@ -604,7 +636,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
         ArgMaxD local{0.0, -1};
         for (int i = tid; i < kept; i += Threads) {
           const int32_t t = detail::key_token(sh.sorted[i]);
-          const double g = gumbel_exact(p.seed, step, purpose, t);
+          const double g = kEarlyNoise<Threads> ? sh.early.noise[i] : gumbel_exact(p.seed, step, purpose, t);
           local = better(local, ArgMaxD{static_cast<double>(detail::key_value(sh.sorted[i])) + g, t});
         }
         const ArgMaxD w = cub::BlockReduce<ArgMaxD, Threads>(sh.temp.argmax).Reduce(local, BetterOp());

@@ -1,5 +1,5 @@
 // Sampler::top_k in the fast kernel: stage 1 screens the raw logits as for a truncated row (no rules,
-// T = 1), and the last block of a row merges its tiles, gathers the sorted prefix with about k +
+// T = 1), and the last block of a row (or row_stage2_kernel, for small batches) merges its tiles, gathers the sorted prefix with about k +
 // kTopKSlack keys and writes its first k. A row whose prefix holds fewer than k tokens (fewer than k
 // finite logits, a +inf maximum, or candidates too spread) is flagged for the exact top-k kernel.
 #pragma once
@@ -31,7 +31,8 @@ __device__ __forceinline__ void top_k_prologue(RowPrologue* pro, RowKind* kind, 
   kind->top_k = k <= kFastThreads ? k : 0;
 }
 
-__device__ void top_k_row(const RowJob& job, int32_t r, const RowKind& kind, Stage2Shared<kFastThreads>& sh) {
+template <int Threads>
+__device__ void top_k_row(const RowJob& job, int32_t r, const RowKind& kind, Stage2Shared<Threads>& sh) {
   const int tid = threadIdx.x;
   const TopKJob& out = job.top_k;
   if (tid < 32) merge_tiles(job, r, kind, sh);
@@ -39,7 +40,7 @@ __device__ void top_k_row(const RowJob& job, int32_t r, const RowKind& kind, Sta
   const float mx = sh.max_key ? detail::key_value(sh.max_key) : -INFINITY;
   bool ok = mx > -INFINITY && mx < INFINITY;
   if (ok) {
-    gather_prefix(job, r, mx, 1.0f, out.k, -INFINITY, false, sh);
+    gather_prefix(job, r, mx, 1.0f, out.k, -INFINITY, false, SampleNoise{}, sh);
     ok = sh.n <= kGatherCap && sh.n >= out.k;
   }
   if (!ok) {
@@ -49,7 +50,7 @@ __device__ void top_k_row(const RowJob& job, int32_t r, const RowKind& kind, Sta
     }
     return;
   }
-  for (int i = tid; i < out.k; i += kFastThreads) {
+  for (int i = tid; i < out.k; i += Threads) {
     out.ids[r * out.stride + i] = detail::key_token(sh.sorted[i]);
     if (out.values) out.values[r * out.stride + i] = detail::key_value(sh.sorted[i]);
   }

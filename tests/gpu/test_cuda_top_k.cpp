@@ -83,10 +83,15 @@ TEST_P(CudaTopK, MatchesReferenceIdForId) {
   const Shape shape = GetParam();
   const int32_t V = shape.V, cols = V + 3, rows = 12;
   std::mt19937_64 rng(V * 31 + static_cast<int>(shape.dtype));
-  Sampler gpu(config(Backend::kCuda, V, rows));
   Sampler cpu(config(Backend::kCpu, V, rows));
+  // Stage 2 in each row's last block and in row_stage2_kernel (the default for 12 rows), forced.
+  for (const char* separate_rows : {"0", "100000"})
   for (int32_t k : {1, 50, 128, 1024}) {
     if (k > V) continue;
+    SCOPED_TRACE(std::string("separate stage 2 up to ") + separate_rows + " rows");
+    if (setenv("SONIC_CUDA_SEPARATE_STAGE2_ROWS", separate_rows, 1) != 0) FAIL() << "setenv";
+    Sampler gpu(config(Backend::kCuda, V, rows));
+    unsetenv("SONIC_CUDA_SEPARATE_STAGE2_ROWS");
     const std::vector<float> x = make_rows(rows, cols, V, k, rng);
     const size_t elem = shape.dtype == DType::kF32 ? 4 : 2;
     std::vector<uint16_t> half;
