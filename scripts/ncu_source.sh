@@ -5,7 +5,11 @@
 # the device tool from the repo root with .deps carried:
 #   scripts/ncu_source.sh        SONIC_NCU_B (default "1 512"), SONIC_PROFILE_CASE, SONIC_NCU_DTYPE,
 #                                SONIC_NCU_KERNEL (the kernel sampled line by line: default fast_sample;
-#                                row_stage2 for small batches' stage 2, which then runs alone on its SMs)
+#                                row_stage2 for small batches' stage 2, which then runs alone on its SMs),
+#                                SONIC_NCU_INTERVAL (ncu's --warp-sampling-interval: auto, or 0-31 for 2^(5+n)
+#                                cycles; a one-block kernel needs a short one to gather enough samples)
+# Caches are not flushed between replays (--cache-control none): a kernel after the fast one finds
+# the candidates in L2, as it does outside the profiler.
 # The per-line tables come back in $OUT/source_tables.tgz.
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
@@ -24,7 +28,8 @@ for b in ${SONIC_NCU_B:-1 512}; do
     "$bench" "${args[@]}" >"$L/durations_B$b.log" 2>&1
   grep -E "sample_kernel|gpu__time_duration" "$L/durations_B$b.log" | paste - - |
     sed -E 's/.*(fast_sample_kernel|row_stage2_kernel|exact_sample_kernel).*gpu__time_duration.sum +([a-z]+) +([0-9.,]+).*/\1 \3 \2/' | head -9
-  ncu --clock-control none -k regex:"${SONIC_NCU_KERNEL:-fast_sample}" -s 2 -c 1 --section SpeedOfLight --section Occupancy \
+  ncu --clock-control none --cache-control none --warp-sampling-interval "${SONIC_NCU_INTERVAL:-auto}" \
+    -k regex:"${SONIC_NCU_KERNEL:-fast_sample}" -s 2 -c 1 --section SpeedOfLight --section Occupancy \
     --section WarpStateStats --section SchedulerStats --section SourceCounters --import-source yes \
     -f -o "$L/rep_B$b" "$bench" "${args[@]}" >"$L/ncu_B$b.log" 2>&1
   ncu -i "$L/rep_B$b.ncu-rep" --page details >"$L/details_B$b.txt" 2>&1
