@@ -31,4 +31,32 @@ struct BetterOp {
   }
 };
 
+// The best pair of a warp, in every lane.
+template <class Score>
+__device__ __forceinline__ ArgMaxPair<Score> warp_best(ArgMaxPair<Score> v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const ArgMaxPair<Score> w{__shfl_xor_sync(0xFFFFFFFFu, v.score, o), __shfl_xor_sync(0xFFFFFFFFu, v.token, o)};
+    v = better(v, w);
+  }
+  return v;
+}
+
+// The best pair of a block of Threads threads, in every thread: one barrier, then every warp
+// reduces the warps' bests itself (no broadcast through a second barrier). CUB's BlockReduce has
+// thread 0 fold the warps' results one after another, a chain of Threads / 32 - 1 dependent steps
+// that in a 512-thread block cost about as much as the draw it ends. `slots` holds Threads / 32
+// pairs in shared memory; the whole block calls it, and must pass a barrier before it calls it
+// again with the same slots.
+template <int Threads, class Score>
+__device__ __forceinline__ ArgMaxPair<Score> block_best(ArgMaxPair<Score> v, ArgMaxPair<Score>* slots) {
+  constexpr int kWarps = Threads / 32;
+  static_assert(Threads % 32 == 0 && kWarps <= 32, "block_best: whole warps, at most 32");
+  const int lane = threadIdx.x & 31;
+  v = warp_best(v);
+  if (lane == 0) slots[threadIdx.x / 32] = v;
+  __syncthreads();
+  return warp_best(lane < kWarps ? slots[lane] : ArgMaxPair<Score>{Score(0), -1});
+}
+
 }  // namespace sonic::cuda

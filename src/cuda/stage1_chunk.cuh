@@ -58,14 +58,6 @@ __device__ __forceinline__ RowKind row_kind(const RowPrologue& pro, const RowJob
   return k;
 }
 
-__device__ __forceinline__ ArgMaxF warp_best(ArgMaxF v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const ArgMaxF w{__shfl_xor_sync(0xFFFFFFFFu, v.score, o), __shfl_xor_sync(0xFFFFFFFFu, v.token, o)};
-    v = better(v, w);
-  }
-  return v;
-}
 
 // A running sum of exp((x - max) * inv_t) with its running maximum, rescaled when the maximum grows.
 // Only finite maxima carry a sum (a row with a +inf or no finite maximum never uses it).

@@ -8,7 +8,6 @@
 // rank or top-N outputs) are flagged for the exact path. It writes outputs, never the request table.
 #pragma once
 
-#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
 #include "common/random.hpp"
@@ -25,14 +24,18 @@ constexpr int32_t kBoundCap = 2048;     // candidates at or above the row's boun
                                         // (3 N(0,1) logits at V = 152K have about 900)
 template <int Threads>
 constexpr int kScanItems = (kGatherCap + Threads - 1) / Threads;  // prefix keys a thread scans
+// The prefix's cumulative mass. Warp scans then the warps' totals: CUB's default (raking) has one
+// warp add Threads / 32 values a lane one after another, a longer chain in a 512-thread block.
+template <int Threads>
+using PrefixScan = cub::BlockScan<double, Threads, cub::BLOCK_SCAN_WARP_SCANS>;
 constexpr int32_t kTopKSlack = 16;   // top-k rows sort about k + kTopKSlack keys (rounding margin)
 
 // Stage 2's shared memory for a block of Threads threads.
 template <int Threads>
 struct Stage2Shared {
   union {
-    typename cub::BlockScan<double, Threads>::TempStorage scan;
-    typename cub::BlockReduce<ArgMaxD, Threads>::TempStorage argmax;
+    typename PrefixScan<Threads>::TempStorage scan;
+    ArgMaxD best[Threads / 32];  // block_best's slots
   } temp;
   union {
     unsigned long long gathered[kBoundCap];  // x keys at or above the row's bound
@@ -64,7 +67,6 @@ struct Stage2Shared {
   int32_t n;       // keys of the sorted prefix
   int32_t at;      // index of the row's token in `sorted`
   int32_t rank;
-  int32_t token;
   int32_t kept;
   double kept_sum;
   int32_t hist[Threads];
@@ -270,52 +272,67 @@ __device__ __forceinline__ void warp_append_batch(unsigned long long* dst, int* 
     }
 }
 
-// The chunk c holding candidate i of the row (cand_off[c] <= i < cand_off[c + 1], so the last c
-// with cand_off[c] <= i) and that offset: a branch-free search of six steps over up to kMaxChunks
-// offsets. A block's N searches are independent, so they overlap.
-__device__ __forceinline__ int chunk_of(const int32_t* cand_off, int chunks, int i, int* off) {
-  int c = 0, o = 0;
-#pragma unroll
-  for (int step = kMaxChunks / 2; step > 0; step >>= 1) {
-    const int at = c + step;
-    const int v = at < chunks ? cand_off[at] : 0x7FFFFFFF;
-    if (v <= i) c = at, o = v;
-  }
-  *off = o;
-  return c;
-}
-
-// Calls g(key) with key[N] for the row's candidates, in batches of independent loads (0:
-// past the end); the lanes of a warp call it together. Candidate i of the row lies in the chunk c
-// with cand_off[c] <= i < cand_off[c + 1]. In the fast kernel's block a thread's indices grow by
-// 128, about one chunk at B = 1 (about 100 candidates a chunk), so it finds their chunks by walking
-// forward; wider blocks stride past several chunks a step and search instead.
+// Calls g(key) with key[N] for the row's candidates, in batches of independent loads (0: past the
+// end); the lanes of a warp call it together. Candidate i of the row lies in the chunk c with
+// cand_off[c] <= i < cand_off[c + 1]. In the fast kernel's block a thread's indices grow by 128,
+// about one chunk at B = 1 (about 100 candidates a chunk), so it finds their chunks by walking
+// forward. Wider blocks give each warp whole chunks instead (warp w takes chunks w, w + Warps, ...,
+// at most kMaxChunks / Warps of them): the warp's candidates are those chunks' runs one after the
+// other, and a lane finds its item's run by comparing with the few running ends it holds in
+// registers (a block-wide search over cand_off in shared memory cost 4.4 us at B = 1, most of it
+// the search's dependent shared loads).
 template <int N, int Threads, class G>
 __device__ __forceinline__ void for_each_listed_batch(const RowJob& job, int32_t r, const Stage2Shared<Threads>& sh, G&& g) {
   const int n_all = sh.n_all, chunks = sh.chunks;
   const unsigned long long* list = job.fast.cands + static_cast<int64_t>(r) * job.fast.cand_stride;
   const int64_t capacity = job.fast.chunk_capacity;
-  int c = 0, c_off = 0, next_off = chunks > 1 ? sh.cand_off[1] : 0x7FFFFFFF;
-  for (int base = threadIdx.x; base - (threadIdx.x & 31) < n_all; base += N * Threads) {
-    unsigned long long key[N];
+  if constexpr (Threads > kFastThreads) {
+    constexpr int kWarps = Threads / 32;
+    constexpr int kRuns = (kMaxChunks + kWarps - 1) / kWarps;  // chunks a warp takes
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    int end[kRuns];  // the warp's items [end[q - 1], end[q]) are chunk warp + q * kWarps's
+    int total = 0;
 #pragma unroll
-    for (int b = 0; b < N; ++b) {
-      const int i = base + b * Threads;
-      key[b] = 0ull;
-      if (i < n_all) {
-        if constexpr (Threads > kFastThreads) {
-          c = chunk_of(sh.cand_off, chunks, i, &c_off);
-        } else {
+    for (int q = 0; q < kRuns; ++q) {
+      const int c = warp + q * kWarps;
+      if (c < chunks) total += (c + 1 < chunks ? sh.cand_off[c + 1] : n_all) - sh.cand_off[c];
+      end[q] = total;
+    }
+    for (int base = lane; base - lane < total; base += 32 * N) {
+      unsigned long long key[N];
+#pragma unroll
+      for (int b = 0; b < N; ++b) {
+        const int j = base + 32 * b;
+        key[b] = 0ull;
+        if (j < total) {
+          int c = warp, before = 0;  // item j is candidate j - before of chunk c
+#pragma unroll
+          for (int e = 0; e + 1 < kRuns; ++e)
+            if (j >= end[e]) c = warp + (e + 1) * kWarps, before = end[e];
+          key[b] = __ldcg(list + c * capacity + (j - before));
+        }
+      }
+      g(key);
+    }
+  } else {
+    int c = 0, c_off = 0, next_off = chunks > 1 ? sh.cand_off[1] : 0x7FFFFFFF;
+    for (int base = threadIdx.x; base - (threadIdx.x & 31) < n_all; base += N * Threads) {
+      unsigned long long key[N];
+#pragma unroll
+      for (int b = 0; b < N; ++b) {
+        const int i = base + b * Threads;
+        key[b] = 0ull;
+        if (i < n_all) {
           while (i >= next_off) {  // chunk c + 1 starts at or before i
             ++c;
             c_off = next_off;
             next_off = c + 1 < chunks ? sh.cand_off[c + 1] : 0x7FFFFFFF;
           }
+          key[b] = __ldcg(list + c * capacity + (i - c_off));
         }
-        key[b] = __ldcg(list + c * capacity + (i - c_off));
       }
+      g(key);
     }
-    g(key);
   }
 }
 
@@ -438,17 +455,33 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
   const int n = sh.n;
   timeline_value(kValuePrefix, n);
   if (n <= kGatherCap) {
-    // Sort by rank: keys are distinct, so each key's rank is the number of larger keys.
-    for (int i = tid; i < n; i += Threads) {
-      const unsigned long long key = sh.staged[i];
-      int pos = 0;
-      for (int j = 0; j < n; ++j) pos += sh.staged[j] > key;
-      sh.sorted[pos] = key;
+    // Sort by rank: keys are distinct, so each key's rank is the number of larger keys. A wide block
+    // with a short prefix (the common case: about 70 keys) counts each rank in four lanes, a quarter
+    // of the keys each, and leaves its last n threads to the noise below.
+    auto place = [&](int i, int pos) {
+      sh.sorted[pos] = sh.staged[i];
       if (with_x) sh.sorted_x[pos] = sh.staged_x[i];
       if constexpr (kEarlyNoise<Threads>) sh.early.rank[i] = pos;
+    };
+    if (Threads > kFastThreads && 5 * n <= Threads) {
+      const int i = tid >> 2, part = tid & 3;  // lanes 4i .. 4i + 3 of one warp rank key i
+      const unsigned long long key = i < n ? sh.staged[i] : ~0ull;
+      int pos = 0;
+      if (i < n)
+        for (int j = part; j < n; j += 4) pos += sh.staged[j] > key;
+      pos += __shfl_xor_sync(0xFFFFFFFFu, pos, 1);
+      pos += __shfl_xor_sync(0xFFFFFFFFu, pos, 2);
+      if (i < n && part == 0) place(i, pos);
+    } else {
+      for (int i = tid; i < n; i += Threads) {
+        const unsigned long long key = sh.staged[i];
+        int pos = 0;
+        for (int j = 0; j < n; ++j) pos += sh.staged[j] > key;
+        place(i, pos);
+      }
     }
-    // Meanwhile the block's last warps (the prefix is short: about 70 keys, so the sort is done by
-    // the first three) draw every prefix token's noise, the draw's long dependent chain.
+    // Meanwhile the block's last threads (the prefix is short: about 70 keys, so the sort takes the
+    // first 4n) draw every prefix token's noise, the draw's long dependent chain.
     if constexpr (kEarlyNoise<Threads>)
       if (noise.on)
         for (int i = Threads - 1 - tid; i < n; i += Threads)
@@ -614,7 +647,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
         const int i = tid * kScanItems<Threads> + q;
         e[q] = i < n ? exp(static_cast<double>(detail::key_value(sh.sorted[i])) - static_cast<double>(zm)) : 0.0;
       }
-      cub::BlockScan<double, Threads>(sh.temp.scan).InclusiveSum(e, e);
+      PrefixScan<Threads>(sh.temp.scan).InclusiveSum(e, e);
 #pragma unroll
       for (int q = 0; q < kScanItems<Threads>; ++q) {
         const int i = tid * kScanItems<Threads> + q;
@@ -639,11 +672,8 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
           const double g = kEarlyNoise<Threads> ? sh.early.noise[i] : gumbel_exact(p.seed, step, purpose, t);
           local = better(local, ArgMaxD{static_cast<double>(detail::key_value(sh.sorted[i])) + g, t});
         }
-        const ArgMaxD w = cub::BlockReduce<ArgMaxD, Threads>(sh.temp.argmax).Reduce(local, BetterOp());
-        if (tid == 0) sh.token = w.token;
-        __syncthreads();
+        token = block_best<Threads>(local, sh.temp.best).token;
         timeline_mark(kMarkSampled);
-        token = sh.token;
       }
     }
   }
@@ -736,12 +766,8 @@ __device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro
       const int32_t t = detail::key_token(sh.sorted[i]);
       local = better(local, ArgMaxD{s + gumbel_exact(p.seed, step, purpose, t), t});
     }
-    const ArgMaxD best = cub::BlockReduce<ArgMaxD, Threads>(sh.temp.argmax).Reduce(local, BetterOp());
-    __syncthreads();
-    if (tid == 0) sh.token = best.token;
-    __syncthreads();
-    const int32_t out = sh.token;
-    __syncthreads();
+    const int32_t out = block_best<Threads>(local, sh.temp.best).token;
+    __syncthreads();  // the slots may be used again
     return out;
   };
   auto z_score = [&](int i) { return static_cast<double>(detail::key_value(sh.sorted[i])); };
