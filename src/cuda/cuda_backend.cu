@@ -216,15 +216,19 @@ class CudaBackend final : public SamplerBackend {
     cuda::launch_exact_sample(job, 2 * sms_, programmatic_launch_, stream);
   }
 
-  // Stage 2 in its own kernel (a block of 512 threads a row) for calls of at most one row for two
-  // SMs: a row's stage 2 in the fast kernel's last block (four warps) is then the call's critical
-  // path while most SMs idle. Larger batches keep it in each row's last block, where it overlaps the
-  // later chunks' stage 1 and the rows' stage 2 fill the SMs. H200, V = 151936, graph: the separate
-  // kernel was as fast or faster at every B <= 64 (fp32 B = 1 34.0 -> 25.0 us, B = 32 44.3 -> 39.6,
-  // B = 64 50.4 -> 49.9; bf16 B = 64 47.2 -> 43.7). A call's shape decides it, never its data.
+  // Stage 2 in its own kernel (a block of 512 threads a row) for calls of at most three rows for
+  // four SMs: a row's stage 2 in the fast kernel's last block (four warps) is then the call's
+  // critical path while most SMs idle. Larger batches keep it in each row's last block, where it
+  // overlaps the later chunks' stage 1 and the rows' stage 2 fill the SMs. H200, V = 151936, graph,
+  // each pair measured side by side: the separate kernel was as fast or faster at every B <= 64
+  // (fp32 B = 1 34.0 -> 25.0 us, B = 32 44.3 -> 39.6, B = 64 50.4 -> 49.9; bf16 B = 64 47.2 ->
+  // 43.7); at B = 96 homogeneous fp32 56.2 -> 56.6, bf16 52.3 -> 50.5, heterogeneous fp32 98.5 ->
+  // 91.9, bf16 95.2 -> 87.8; at B = 128 homogeneous fp32 lost (62.9 -> 65.8) and at 256 and 512
+  // every homogeneous case lost 9-16 % (hetero still gained 2-6 %). A call's shape decides it, never
+  // its data.
   bool separate_stage2(const cuda::RowJob& job) const {
     if (forced_separate_rows_ >= 0) return job.rows <= forced_separate_rows_;
-    return 2 * job.rows <= sms_;
+    return 4 * job.rows <= 3 * sms_;
   }
 
   // The fast kernel's workspace and shape for a call of `rows` rows of `dtype` logits. Chunks grow
