@@ -38,4 +38,7 @@ for b in ${SONIC_NCU_B:-1 512}; do
   ncu -i "$L/rep_B$b.ncu-rep" --page source --csv --print-source sass >"$L/sass_B$b.csv" 2>&1
   rm -f "$L/rep_B$b.ncu-rep"
   python3 scripts/ncu_lines.py "$L/cuda_lines_B$b.csv" 45
+  # Every instruction's samples (the line table above holds only the kernel's own file), by region
+  # between barriers, long regions in windows of 64 instructions.
+  python3 scripts/ncu_regions.py "$L/sass_B$b.csv" 1.5 64
 done
