@@ -22,21 +22,8 @@ cmake --build build-gpu -j16 "${targets[@]}" >"$L/build.log" 2>&1 || { log "buil
 log "build ok"
 
 rc=0
-if [[ " $steps " == *" tests "* ]]; then
-  build-gpu/tests/sonic_gpu_tests --gtest_filter="${SONIC_TEST_FILTER:-*}" >"$L/gpu_tests.log" 2>&1; r=$?
-  log "gpu tests rc=$r: $(grep -E '^\[  (PASSED|FAILED)  \]' "$L/gpu_tests.log" | head -2 | tr '\n' ' ')"
-  grep -E "near-tie|disagreements|^\[ (gpu )?stats" "$L/gpu_tests.log" | head -80
-  [ $r -ne 0 ] && { grep -E -A6 "Failure|error" "$L/gpu_tests.log" | head -80; rc=1; }
-fi
-if [[ " $steps " == *" sanitize "* ]]; then
-  filter=${SONIC_SANITIZE_FILTER:-SharedRulesDevice.*:CudaBadRows.*:AllShapes/CudaAgreement.*/V1000_*:CudaChunking.SmallVocabularyForcedChunks:CudaStage2Placement.SmallVocabulary:AllShapes/CudaTopK.*/V1000_*:Shapes/CudaVerify.*/V1000_*:CudaVerifyLogprobs.*}
-  for tool in memcheck racecheck initcheck synccheck; do
-    compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/sonic_gpu_tests \
-      --gtest_filter="$filter" >"$L/sanitize_$tool.log" 2>&1; r=$?
-    log "compute-sanitizer $tool rc=$r: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/sanitize_$tool.log" | tail -1)"
-    [ $r -ne 0 ] && rc=1
-  done
-fi
+[[ " $steps " == *" tests "* ]] && { run_gpu_tests build-gpu log || rc=1; }
+[[ " $steps " == *" sanitize "* ]] && { run_sanitizers build-gpu log || rc=1; }
 if [[ " $steps " == *" demo "* ]]; then
   build-gpu/tools/sonic demo >"$L/demo.log" 2>&1; r=$?
   log "demo rc=$r: $(tail -1 "$L/demo.log")"

@@ -1,7 +1,12 @@
-# Sourced by the device scripts (device_check.sh, ncu_source.sh, stage1_variants.sh, timeline.sh).
+# Sourced by the device scripts (device_check.sh, experiment_check.sh, ncu_source.sh,
+# stage1_variants.sh, timeline.sh).
 #   device_setup NAME ARCHIVE: makes $OUT (the device tool's output folder, or ./out); empties the
 #   log folder L=/tmp/NAME and packs it into $OUT/ARCHIVE when the script exits (the device tool
 #   returns only a few files); sets gtest to the CMake argument for the carried GoogleTest sources.
+#   run_gpu_tests BUILD REPORT, run_sanitizers BUILD REPORT: a build's GPU tests (SONIC_TEST_FILTER)
+#   and the four compute-sanitizer tools on its reduced grid (SONIC_SANITIZE_FILTER), each summary
+#   line passed to the command REPORT (echo, or a script's log); they return 1 when anything failed.
+#   build_timeline JOBS: build-timeline, sonic_bench with the kernels' phase timestamps.
 device_setup() {
   OUT=${OUT:-$PWD/out}
   mkdir -p "$OUT"
@@ -10,4 +15,30 @@ device_setup() {
   trap "tar czf '$OUT/$2' -C /tmp '$1'" EXIT
   gtest=()
   [ -d .deps/googletest ] && gtest=(-DSONIC_GTEST_SOURCE_DIR="$PWD/.deps/googletest")
+}
+
+run_gpu_tests() {
+  local build=$1 report=$2 r
+  "$build/tests/sonic_gpu_tests" --gtest_filter="${SONIC_TEST_FILTER:-*}" >"$L/gpu_tests.log" 2>&1; r=$?
+  $report "gpu tests rc=$r: $(grep -E '^\[  (PASSED|FAILED)  \]' "$L/gpu_tests.log" | head -2 | tr '\n' ' ')"
+  grep -E "near-tie|disagreements|^\[ (gpu )?stats" "$L/gpu_tests.log" | head -80
+  [ $r -eq 0 ] || { grep -E -A6 "Failure|error" "$L/gpu_tests.log" | head -80; return 1; }
+}
+
+run_sanitizers() {
+  local build=$1 report=$2 tool r rc=0
+  local filter=${SONIC_SANITIZE_FILTER:-SharedRulesDevice.*:CudaBadRows.*:AllShapes/CudaAgreement.*/V1000_*:CudaChunking.SmallVocabularyForcedChunks:CudaStage2Placement.SmallVocabulary:AllShapes/CudaTopK.*/V1000_*:Shapes/CudaVerify.*/V1000_*:CudaVerifyLogprobs.*}
+  for tool in memcheck racecheck initcheck synccheck; do
+    compute-sanitizer --tool $tool --error-exitcode 9 "$build/tests/sonic_gpu_tests" \
+      --gtest_filter="$filter" >"$L/sanitize_$tool.log" 2>&1; r=$?
+    $report "compute-sanitizer $tool rc=$r: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/sanitize_$tool.log" | tail -1)"
+    [ $r -eq 0 ] || rc=1
+  done
+  return $rc
+}
+
+build_timeline() {
+  cmake -S . -B build-timeline -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DSONIC_TIMELINE=ON \
+    -DSONIC_BUILD_TESTS=OFF -DSONIC_BUILD_TOOLS=OFF >"$L/timeline_configure.log" 2>&1 &&
+    cmake --build build-timeline -j"$1" --target sonic_bench >"$L/timeline_build.log" 2>&1
 }

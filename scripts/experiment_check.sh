@@ -14,11 +14,7 @@ steps=${SONIC_EXPERIMENT_STEPS:-bench tests sanitize timeline}
 source "$(dirname "$0")/device_env.sh"
 device_setup sonic_experiment_logs experiment_logs.tgz
 has() { [[ " $steps " == *" $1 "* ]]; }
-if has timeline; then
-  ( cmake -S . -B build-timeline -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DSONIC_TIMELINE=ON \
-      -DSONIC_BUILD_TESTS=OFF -DSONIC_BUILD_TOOLS=OFF && cmake --build build-timeline -j4 --target sonic_bench ) \
-    >"$L/timeline_build.log" 2>&1 &
-fi
+has timeline && build_timeline 4 &
 new=build-var-base
 old=build-var-$(echo "@$ref" | md5sum | cut -c1-8)  # stage1_variants.sh's name for the tree's build
 SONIC_VARIANTS_EXTRA="ref:@$ref:" SONIC_VARIANTS="base ref" scripts/stage1_variants.sh | sed 's/^base /new  /'
@@ -33,20 +29,8 @@ for v in new:$new ref:$old; do
   fi
 done
 rc=0
-if has tests; then
-  $new/tests/sonic_gpu_tests >"$L/gpu_tests.log" 2>&1; r=$?
-  echo "gpu tests rc=$r: $(grep -E '^\[  (PASSED|FAILED)  \]' "$L/gpu_tests.log" | head -2 | tr '\n' ' ')"
-  [ $r -ne 0 ] && { grep -E -A6 "Failure" "$L/gpu_tests.log" | head -60; rc=1; }
-fi
-if has sanitize; then
-  filter=${SONIC_SANITIZE_FILTER:-SharedRulesDevice.*:CudaBadRows.*:AllShapes/CudaAgreement.*/V1000_*:CudaChunking.SmallVocabularyForcedChunks:CudaStage2Placement.SmallVocabulary:AllShapes/CudaTopK.*/V1000_*:Shapes/CudaVerify.*/V1000_*:CudaVerifyLogprobs.*}
-  for tool in memcheck racecheck initcheck synccheck; do
-    compute-sanitizer --tool $tool --error-exitcode 9 $new/tests/sonic_gpu_tests --gtest_filter="$filter" \
-      >"$L/sanitize_$tool.log" 2>&1; r=$?
-    echo "compute-sanitizer $tool rc=$r: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/sanitize_$tool.log" | tail -1)"
-    [ $r -ne 0 ] && rc=1
-  done
-fi
+has tests && { run_gpu_tests $new echo || rc=1; }
+has sanitize && { run_sanitizers $new echo || rc=1; }
 if has timeline; then
   wait
   build-timeline/bench/sonic_bench --out /tmp/timeline.jsonl --timeline 20 \

@@ -6,9 +6,6 @@
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 device_setup sonic_timeline_logs timeline_logs.tgz
-cmake -S . -B build-timeline -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DSONIC_TIMELINE=ON \
-  -DSONIC_BUILD_TESTS=OFF -DSONIC_BUILD_TOOLS=OFF >"$L/configure.log" 2>&1 || { echo "configure FAILED"; exit 1; }
-cmake --build build-timeline -j16 --target sonic_bench >"$L/build.log" 2>&1 ||
-  { echo "build FAILED"; grep error "$L/build.log" | head -20; exit 1; }
+build_timeline 16 || { echo "timeline build FAILED"; grep -h error "$L"/timeline_*.log | head -20; exit 1; }
 build-timeline/bench/sonic_bench --out /tmp/timeline.jsonl --timeline 20 \
   ${SONIC_TIMELINE_ARGS:---V 151936 --dtype fp32,bf16 --case homog-peaked,hetero-peaked --B 1,8,128,512} | tee "$OUT/timeline.txt"

@@ -58,7 +58,6 @@ __device__ __forceinline__ RowKind row_kind(const RowPrologue& pro, const RowJob
   return k;
 }
 
-
 // A running sum of exp((x - max) * inv_t) with its running maximum, rescaled when the maximum grows.
 // Only finite maxima carry a sum (a row with a +inf or no finite maximum never uses it).
 struct ExpSum {

@@ -1,7 +1,8 @@
 // Sampler::top_k in the fast kernel: stage 1 screens the raw logits as for a truncated row (no rules,
-// T = 1), and the last block of a row (or row_stage2_kernel, for small batches) merges its tiles, gathers the sorted prefix with about k +
-// kTopKSlack keys and writes its first k. A row whose prefix holds fewer than k tokens (fewer than k
-// finite logits, a +inf maximum, or candidates too spread) is flagged for the exact top-k kernel.
+// T = 1), and the last block of a row (or row_stage2_kernel, for small batches) merges its tiles,
+// gathers the sorted prefix with about k + kTopKSlack keys and writes its first k. A row whose
+// prefix holds fewer than k tokens (fewer than k finite logits, a +inf maximum, or candidates too
+// spread) is flagged for the exact top-k kernel.
 #pragma once
 
 #include "cuda/row_job.cuh"
