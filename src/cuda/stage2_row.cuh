@@ -157,11 +157,83 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
     sh.raw_sum = raw_sum;
     sh.chunks = chunks;
     sh.n_all = n_all;
-    sh.n_bound = 0;
+    if constexpr (Threads <= kFastThreads) sh.n_bound = 0;  // wider blocks list while this merges
     sh.n = 0;
     // Every chunk of the row is done: reset its counter for the next call.
     job.fast.tiles_done[r] = 0;
   }
+}
+
+template <int N>
+__device__ __forceinline__ void warp_append_batch(unsigned long long* dst, int* n, int cap,
+                                                  const unsigned long long (&key)[N], unsigned keep);
+
+// Wide blocks (row_stage2_kernel): warps 1 .. Threads / 32 - 1 read the row's candidates at or above
+// the row's bound into sh.gathered (sh.n_bound counts them) while warp 0 merges the chunks'
+// statistics, so that the two chains of L2 round trips overlap (one after the other they were
+// 2.9 + 3.65 us at B = 1). Each warp finds the bound itself, the largest chunk bound (two loads a
+// lane), and the counts of its own chunks (warp w takes chunks w - 1, w - 1 + kWarps, ...); a
+// chunk's candidates are the first `count` keys of its region. sh.n_bound must be 0 before.
+template <int Threads>
+__device__ __forceinline__ void list_while_merging(const RowJob& job, int32_t r, Stage2Shared<Threads>& sh) {
+  constexpr int kWarps = Threads / 32 - 1;
+  constexpr int kRuns = (kMaxChunks + kWarps - 1) / kWarps;  // chunks a warp takes
+  constexpr int kBatch = 8;                                  // loads in flight a lane
+  static_assert(kRuns <= 32, "a lane holds the count of one of the warp's chunks");
+  const int warp = threadIdx.x / 32 - 1, lane = threadIdx.x & 31;
+  const int32_t chunks = job.fast.chunks;
+  const TileStat* stats = job.fast.stats + static_cast<int64_t>(r) * chunks;
+  unsigned long long bound = 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    if (lane + 32 * h < chunks) bound = max(bound, __ldcg(&stats[lane + 32 * h].bound));
+  const int own_chunk = warp + lane * kWarps;
+  const int own = lane < kRuns && own_chunk < chunks ? __ldcg(&stats[own_chunk].count) : 0;
+  bound = warp_max(bound);
+  int end[kRuns];  // the warp's items [end[q - 1], end[q]) are chunk warp + q * kWarps's
+  int total = 0;
+#pragma unroll
+  for (int q = 0; q < kRuns; ++q) {
+    total += __shfl_sync(0xFFFFFFFFu, own, q);
+    end[q] = total;
+  }
+  const unsigned long long* list = job.fast.cands + static_cast<int64_t>(r) * job.fast.cand_stride;
+  const int64_t capacity = job.fast.chunk_capacity;
+  for (int base = lane; base - lane < total; base += 32 * kBatch) {
+    unsigned long long key[kBatch];
+    unsigned listed = 0;
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int j = base + 32 * b;
+      key[b] = 0ull;
+      if (j < total) {
+        int c = warp, before = 0;  // item j is candidate j - before of chunk c
+#pragma unroll
+        for (int e = 0; e + 1 < kRuns; ++e)
+          if (j >= end[e]) c = warp + (e + 1) * kWarps, before = end[e];
+        key[b] = __ldcg(list + c * capacity + (j - before));
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) listed |= (kept_by(key[b], bound) ? 1u : 0u) << b;
+    warp_append_batch(sh.gathered, &sh.n_bound, kBoundCap, key, listed);
+  }
+}
+
+// Warp 0 merges the row's chunk statistics into `sh`; in wide blocks the other warps list the
+// candidates at or above the bound meanwhile (list_while_merging), in the fast kernel's block
+// gather_prefix lists them later. The whole block calls it; it ends with a barrier.
+template <int Threads>
+__device__ __forceinline__ void merge_row(const RowJob& job, int32_t r, const RowKind& k, Stage2Shared<Threads>& sh) {
+  if constexpr (Threads > kFastThreads) {
+    if (threadIdx.x == 0) sh.n_bound = 0;
+    __syncthreads();
+    if (threadIdx.x < 32) merge_tiles(job, r, k, sh);
+    else list_while_merging(job, r, sh);
+  } else {
+    if (threadIdx.x < 32) merge_tiles(job, r, k, sh);
+  }
+  __syncthreads();
 }
 
 // Steps 6-8 on the sorted prefix sh.sorted[0, n) of the row's total order (every other valid token
@@ -372,17 +444,19 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
                                const SampleNoise& noise, Stage2Shared<Threads>& sh) {
   const int tid = threadIdx.x;
   const unsigned long long bound = sh.bound;
-  // The candidates at or above the bound into shared memory: four loads in flight a thread in the
-  // fast kernel's block (eight gained 0.8 us more at B = 1 but spilled, +9 % at B = 512), eight in
-  // row_stage2_kernel's (4096 candidates a round), one shared atomic a warp and batch.
-  constexpr int kBatch = Threads > kFastThreads ? 8 : 4;
-  for_each_listed_batch<kBatch>(job, r, sh, [&](const unsigned long long (&key)[kBatch]) {
-    unsigned listed = 0;
+  // The candidates at or above the bound into shared memory, four loads in flight a thread (eight
+  // gained 0.8 us more at B = 1 but spilled, +9 % at B = 512), one shared atomic a warp and batch.
+  // Wide blocks listed them while the statistics were merged (merge_row).
+  if constexpr (Threads <= kFastThreads) {
+    constexpr int kBatch = 4;
+    for_each_listed_batch<kBatch>(job, r, sh, [&](const unsigned long long (&key)[kBatch]) {
+      unsigned listed = 0;
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) listed |= (kept_by(key[b], bound) ? 1u : 0u) << b;
-    warp_append_batch(sh.gathered, &sh.n_bound, kBoundCap, key, listed);
-  });
-  __syncthreads();
+      for (int b = 0; b < kBatch; ++b) listed |= (kept_by(key[b], bound) ? 1u : 0u) << b;
+      warp_append_batch(sh.gathered, &sh.n_bound, kBoundCap, key, listed);
+    });
+    __syncthreads();
+  }
   timeline_mark(kMarkListed);
   const int n_bound = sh.n_bound;
   timeline_value(kValueCandidates, sh.n_all);
@@ -582,8 +656,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
   const RowOutputs& out = job.out;
   const SlotParams& p = pro.p;
   const int tid = threadIdx.x;
-  if (tid < 32) merge_tiles(job, r, k, sh);
-  __syncthreads();
+  merge_row(job, r, k, sh);
   timeline_mark(kMarkMerged);
   const bool verifying = job.verify.num_requests > 0;
   if (verifying && !block_request_ok(job, w)) {

@@ -36,8 +36,7 @@ template <int Threads>
 __device__ void top_k_row(const RowJob& job, int32_t r, const RowKind& kind, Stage2Shared<Threads>& sh) {
   const int tid = threadIdx.x;
   const TopKJob& out = job.top_k;
-  if (tid < 32) merge_tiles(job, r, kind, sh);
-  __syncthreads();
+  merge_row(job, r, kind, sh);
   const float mx = sh.max_key ? detail::key_value(sh.max_key) : -INFINITY;
   bool ok = mx > -INFINITY && mx < INFINITY;
   if (ok) {
