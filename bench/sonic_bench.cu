@@ -61,6 +61,7 @@ struct Case {
   std::string name;
   bool peaked;
   bool hetero;
+  bool top_p_only;  // "topp-*" (not in BENCH.md): T 1, top-p 0.9 alone; flat rows take the exact path
 };
 
 struct Args {
@@ -481,7 +482,8 @@ int main(int argc, char** argv) {
     for (const std::string& dtype : a.dtypes) {
       const size_t elem = dtype == "fp32" ? 4 : 2;
       for (const std::string& cname : a.cases) {
-        const Case c{cname, cname.find("peaked") != std::string::npos, cname.find("hetero") != std::string::npos};
+        const Case c{cname, cname.find("peaked") != std::string::npos, cname.find("hetero") != std::string::npos,
+                     cname.rfind("topp", 0) == 0};
         for (int B : a.batches) {
           // Requests.
           std::mt19937_64 rng(B * 7919 + V);
