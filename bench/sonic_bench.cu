@@ -94,10 +94,16 @@ std::vector<std::string> split(const std::string& s) {
 // Per-row parameters of a case (BENCH.md): homogeneous T 0.7 / top-k 50 / top-p 0.9; heterogeneous:
 // a quarter greedy, the rest mixed top-k / top-p / min-p, half with penalties over 1000 history
 // tokens, a logit bias of 20 tokens; a grammar bitmask (random half of the vocabulary) on a quarter.
+// The topp cases time the exact path: top-p 0.9 alone on flat logits keeps most of the vocabulary.
 sonic::RequestParams row_params(const Case& c, int r, int32_t V, std::mt19937_64& rng, std::vector<int32_t>* prompt) {
   sonic::RequestParams p;
   p.seed = 1000 + r;
   prompt->clear();
+  if (c.top_p_only) {
+    p.temperature = 1.0f;
+    p.top_p = 0.9f;
+    return p;
+  }
   if (!c.hetero) {
     p.temperature = 0.7f;
     p.top_k = 50;
