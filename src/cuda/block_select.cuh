@@ -1,12 +1,15 @@
 // Block-wide exact selection: the k-th largest packed key (by count), or the largest key at which
 // the cumulative weight in key order reaches a target (by mass). Most significant digit first, 8
-// bits a pass, histogram in shared memory, the bucket found by a block scan. Integer atomics only,
+// bits a pass, histogram in shared memory, the bucket found by a block scan; each pass evaluates
+// kKeysInFlight keys a thread at once, so that key_of's loads overlap. Integer atomics only,
 // so the answer never depends on the order in which threads add.
 #pragma once
 
 #include <cub/block/block_scan.cuh>
 
 #include <cstdint>
+
+#include "cuda/block_pass.cuh"
 
 namespace sonic::cuda {
 
@@ -15,6 +18,7 @@ struct BlockSelect {
   static_assert(BLOCK >= 256, "one thread per histogram bin");
   static constexpr int kBins = 256;
   using Scan = cub::BlockScan<unsigned long long, BLOCK>;
+  static constexpr int kKeysInFlight = 8;  // key_of's loads a thread has in flight (block_pass.cuh)
 
   struct Storage {
     typename Scan::TempStorage scan;
@@ -41,9 +45,8 @@ struct BlockSelect {
       // row whose keys crowd into one bucket does not serialise on one shared-memory address.
       int run_bin = -1;
       unsigned long long run = 0;
-      for (int32_t t = threadIdx.x; t < n; t += BLOCK) {
-        const unsigned long long key = key_of(t);
-        if (key == 0 || (key & mask) != prefix) continue;
+      block_pass<BLOCK, kKeysInFlight>(n, 0ull, key_of, [&](int32_t t, unsigned long long key) {
+        if (key == 0 || (key & mask) != prefix) return;  // ids at or past n come as key 0
         const unsigned long long w = weight_of(t);
         const int bin = static_cast<int>((key >> shift) & 0xFF);
         if (bin != run_bin) {
@@ -52,7 +55,7 @@ struct BlockSelect {
           run = 0;
         }
         run += w;
-      }
+      });
       if (run) atomicAdd(&s.hist[run_bin], run);
       __syncthreads();
       // Thread i looks at bucket 255 - i: an inclusive scan gives the weight at or above it.
