@@ -6,7 +6,8 @@
 #   run_gpu_tests BUILD REPORT, run_sanitizers BUILD REPORT: a build's GPU tests (SONIC_TEST_FILTER)
 #   and the four compute-sanitizer tools on its reduced grid (SONIC_SANITIZE_FILTER), each summary
 #   line passed to the command REPORT (echo, or a script's log); they return 1 when anything failed.
-#   build_timeline JOBS: build-timeline, sonic_bench with the kernels' phase timestamps.
+#   build_timeline JOBS: build-timeline, sonic_bench with the kernels' phase timestamps (extra CMake
+#     options in SONIC_TIMELINE_CMAKE, e.g. -DSONIC_TIMELINE_WARM_CODE=ON).
 device_setup() {
   OUT=${OUT:-$PWD/out}
   mkdir -p "$OUT"
@@ -39,6 +40,6 @@ run_sanitizers() {
 
 build_timeline() {
   cmake -S . -B build-timeline -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DSONIC_TIMELINE=ON \
-    -DSONIC_BUILD_TESTS=OFF -DSONIC_BUILD_TOOLS=OFF >"$L/timeline_configure.log" 2>&1 &&
+    -DSONIC_BUILD_TESTS=OFF -DSONIC_BUILD_TOOLS=OFF ${SONIC_TIMELINE_CMAKE:--DSONIC_TIMELINE_WARM_CODE=OFF} >"$L/timeline_configure.log" 2>&1 &&
     cmake --build build-timeline -j"$1" --target sonic_bench >"$L/timeline_build.log" 2>&1
 }
