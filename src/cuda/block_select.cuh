@@ -29,7 +29,8 @@ struct BlockSelect {
 
   // Over t in [0, n): key_of(t) (0 excludes t; nonzero keys are distinct) weighted by weight_of(t).
   // Returns the largest key c with sum_{key >= c} weight >= k; requires 1 <= k <= total weight.
-  template <class KeyFn, class WeightFn>
+  // WeightKind: Body::kHeavy when weight_of is costly (a probability mass), kCheap for counts.
+  template <Body WeightKind = Body::kHeavy, class KeyFn, class WeightFn>
   static __device__ unsigned long long select_desc(int32_t n, unsigned long long k, KeyFn key_of,
                                                    WeightFn weight_of, Storage& s) {
     if (threadIdx.x == 0) {
@@ -45,7 +46,7 @@ struct BlockSelect {
       // row whose keys crowd into one bucket does not serialise on one shared-memory address.
       int run_bin = -1;
       unsigned long long run = 0;
-      block_pass<BLOCK, kKeysInFlight>(n, 0ull, key_of, [&](int32_t t, unsigned long long key) {
+      block_pass<BLOCK, kKeysInFlight, WeightKind>(n, 0ull, key_of, [&](int32_t t, unsigned long long key) {
         if (key == 0 || (key & mask) != prefix) return;  // ids at or past n come as key 0
         const unsigned long long w = weight_of(t);
         const int bin = static_cast<int>((key >> shift) & 0xFF);

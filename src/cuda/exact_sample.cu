@@ -132,7 +132,7 @@ __device__ ModeStats mode_stats(int32_t V, ScoreFn score, Shared& sh) {
   st.n_inf = block_sum_i32(n_inf, sh);
   double sum = 0.0;
   if (st.max > -INFINITY && st.max < INFINITY)
-    block_pass<kBlock, kLoadsInFlight>(V, -INFINITY, score, [&](int32_t, float s) {
+    block_pass<kBlock, kLoadsInFlight, Body::kHeavy>(V, -INFINITY, score, [&](int32_t, float s) {
       if (s > -INFINITY) sum += exp(static_cast<double>(s) - static_cast<double>(st.max));
     });
   st.sum = block_sum_f64(sum, sh);
@@ -173,7 +173,7 @@ __device__ void write_logprobs(const RowJob& job, int32_t r, int32_t token, int3
   if (threadIdx.x == 0) sh.top_count = 0;
   __syncthreads();
   if (n > 0) {
-    const unsigned long long kth = BlockSelect<kBlock>::select_desc(
+    const unsigned long long kth = BlockSelect<kBlock>::select_desc<Body::kCheap>(
         V, static_cast<unsigned long long>(n), eligible_key, [](int32_t) { return 1ull; }, sh.select);
     block_pass<kBlock, kLoadsInFlight>(V, 0ull, eligible_key, [&](int32_t, unsigned long long k) {
       if (k && k >= kth) sh.top[atomicAdd(&sh.top_count, 1)] = k;
@@ -229,7 +229,7 @@ __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& 
   // Pass 1, steps 1-5: z (greedy rows keep x, i.e. T = 1), its maximum key, NaN.
   unsigned long long best = 0;
   int nan_seen = 0;
-  block_pass<kBlock, kLoadsInFlight>(V, 0.0f, [&](int32_t t) { return detail::load_logit(row, job.dtype, t); },
+  block_pass<kBlock, kLoadsInFlight, Body::kHeavy>(V, 0.0f, [&](int32_t t) { return detail::load_logit(row, job.dtype, t); },
                                      [&](int32_t t, float x) {
     if (t >= V) return;
     if (detail::is_nan(x)) {
@@ -277,13 +277,13 @@ __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& 
       block_pass<kBlock, kLoadsInFlight>(V, 0ull, z_key, [&](int32_t, unsigned long long k) { c += k >= cut && k != 0; });
       c = block_sum_i32(c, sh);
       if (p.top_k < c)
-        cut = max(cut, BlockSelect<kBlock>::select_desc(V, static_cast<unsigned long long>(p.top_k), z_key,
+        cut = max(cut, BlockSelect<kBlock>::select_desc<Body::kCheap>(V, static_cast<unsigned long long>(p.top_k), z_key,
                                                  [](int32_t) { return 1ull; }, sh.select));
     }
     if (p.top_p < 1.0f) {
       const bool joint = p.flags & kSlotTopPJoint;
       unsigned long long w = 0;
-      block_pass<kBlock, kLoadsInFlight>(V, -INFINITY, z_of, [&](int32_t t, float s) {  // mass 0 past V
+      block_pass<kBlock, kLoadsInFlight, Body::kHeavy>(V, -INFINITY, z_of, [&](int32_t t, float s) {  // mass 0 past V
         if (joint || score_key(s, t) >= cut) w += mass_of(s);
       });
       w = block_sum_u64(w, sh);
@@ -296,7 +296,7 @@ __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& 
     ArgMax local{0.0, -1};
     double sum = 0.0;
     int n_inf = 0, n_kept = 0;
-    block_pass<kBlock, kLoadsInFlight>(V, -INFINITY, z_of, [&](int32_t t, float s) {
+    block_pass<kBlock, kLoadsInFlight, Body::kHeavy>(V, -INFINITY, z_of, [&](int32_t t, float s) {
       const unsigned long long k = score_key(s, t);
       if (k == 0 || k < cut) return;  // -inf past V
       ++n_kept;
@@ -331,7 +331,7 @@ __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& 
     auto correction = [&](uint32_t pos, auto&& score_of) {
       const uint32_t purpose_c = detail::purpose(detail::Draw::kCorrection, pos);
       ArgMax local{0.0, -1};
-      block_pass<kBlock, kLoadsInFlight>(V, 0ull, z_key, [&](int32_t t, unsigned long long key) {
+      block_pass<kBlock, kLoadsInFlight, Body::kHeavy>(V, 0ull, z_key, [&](int32_t t, unsigned long long key) {
         if (key == 0 || key < cut) return;
         const double sc = score_of(t);
         if (!(sc > -INFINITY)) return;
