@@ -1,7 +1,6 @@
 // Block-wide exact selection: the k-th largest packed key (by count), or the largest key at which
 // the cumulative weight in key order reaches a target (by mass). Most significant digit first, 8
-// bits a pass, histogram in shared memory, the bucket found by a block scan; each pass evaluates
-// kKeysInFlight keys a thread at once, so that key_of's loads overlap. Integer atomics only,
+// bits a pass, histogram in shared memory, the bucket found by a block scan. Integer atomics only,
 // so the answer never depends on the order in which threads add.
 #pragma once
 
@@ -18,7 +17,7 @@ struct BlockSelect {
   static_assert(BLOCK >= 256, "one thread per histogram bin");
   static constexpr int kBins = 256;
   using Scan = cub::BlockScan<unsigned long long, BLOCK>;
-  static constexpr int kKeysInFlight = 8;  // key_of's loads a thread has in flight (block_pass.cuh)
+  static constexpr int kKeysInFlight = 8;  // BatchKeys: key_of's loads a thread has in flight
 
   struct Storage {
     typename Scan::TempStorage scan;
@@ -29,8 +28,10 @@ struct BlockSelect {
 
   // Over t in [0, n): key_of(t) (0 excludes t; nonzero keys are distinct) weighted by weight_of(t).
   // Returns the largest key c with sum_{key >= c} weight >= k; requires 1 <= k <= total weight.
-  // WeightKind: Body::kHeavy when weight_of is costly (a probability mass), kCheap for counts.
-  template <Body WeightKind = Body::kHeavy, class KeyFn, class WeightFn>
+  // BatchKeys (counts, cheap keys): each pass evaluates kKeysInFlight keys a thread at once, so that
+  // key_of's loads overlap. Otherwise (masses: double-precision exp a key) a plain loop, which the
+  // compiler interleaves itself.
+  template <bool BatchKeys = false, class KeyFn, class WeightFn>
   static __device__ unsigned long long select_desc(int32_t n, unsigned long long k, KeyFn key_of,
                                                    WeightFn weight_of, Storage& s) {
     if (threadIdx.x == 0) {
@@ -46,7 +47,7 @@ struct BlockSelect {
       // row whose keys crowd into one bucket does not serialise on one shared-memory address.
       int run_bin = -1;
       unsigned long long run = 0;
-      block_pass<BLOCK, kKeysInFlight, WeightKind>(n, 0ull, key_of, [&](int32_t t, unsigned long long key) {
+      auto add = [&](int32_t t, unsigned long long key) {
         if (key == 0 || (key & mask) != prefix) return;  // ids at or past n come as key 0
         const unsigned long long w = weight_of(t);
         const int bin = static_cast<int>((key >> shift) & 0xFF);
@@ -56,7 +57,11 @@ struct BlockSelect {
           run = 0;
         }
         run += w;
-      });
+      };
+      if constexpr (BatchKeys)
+        block_pass<BLOCK, kKeysInFlight>(n, 0ull, key_of, add);
+      else
+        for (int32_t t = threadIdx.x; t < n; t += BLOCK) add(t, key_of(t));
       if (run) atomicAdd(&s.hist[run_bin], run);
       __syncthreads();
       // Thread i looks at bucket 255 - i: an inclusive scan gives the weight at or above it.

@@ -10,7 +10,6 @@
 #include "common/random.hpp"
 #include "common/token_rules.hpp"
 #include "cuda/arg_max.cuh"
-#include "cuda/block_pass.cuh"
 #include "cuda/block_select.cuh"
 #include "cuda/cuda_check.hpp"
 #include "cuda/dependent_launch.cuh"
@@ -29,7 +28,6 @@ using detail::pack_key;
 
 constexpr int kBlock = 512;
 constexpr double kMassScale = 1099511627776.0;  // 2^40: fixed-point unit of probability mass
-constexpr int kLoadsInFlight = 8;  // a thread's loads a round of a pass over the row (block_pass.cuh)
 
 // A token's score as a packed key, 0 for -inf (not a candidate).
 __device__ __forceinline__ unsigned long long score_key(float s, int32_t t) {
@@ -122,19 +120,21 @@ template <class ScoreFn>
 __device__ ModeStats mode_stats(int32_t V, ScoreFn score, Shared& sh) {
   unsigned long long best = 0;
   int n_inf = 0;
-  block_pass<kBlock, kLoadsInFlight>(V, -INFINITY, score, [&](int32_t t, float s) {  // -inf past V
+  for (int32_t t = threadIdx.x; t < V; t += kBlock) {
+    const float s = score(t);
     best = max(best, score_key(s, t));
     n_inf += s == INFINITY;
-  });
+  }
   ModeStats st;
   best = block_max_u64(best, sh);
   st.max = best ? key_value(best) : -INFINITY;
   st.n_inf = block_sum_i32(n_inf, sh);
   double sum = 0.0;
   if (st.max > -INFINITY && st.max < INFINITY)
-    block_pass<kBlock, kLoadsInFlight, Body::kHeavy>(V, -INFINITY, score, [&](int32_t, float s) {
+    for (int32_t t = threadIdx.x; t < V; t += kBlock) {
+      const float s = score(t);
       if (s > -INFINITY) sum += exp(static_cast<double>(s) - static_cast<double>(st.max));
-    });
+    }
   st.sum = block_sum_f64(sum, sh);
   return st;
 }
@@ -156,8 +156,7 @@ __device__ void write_logprobs(const RowJob& job, int32_t r, int32_t token, int3
     float tok_score = -INFINITY;
     if (token >= 0) {
       tok_score = score(token);
-      block_pass<kBlock, kLoadsInFlight>(V, -INFINITY, score,
-                                         [&](int32_t t, float s) { rank += t < V && s >= tok_score; });
+      for (int32_t t = threadIdx.x; t < V; t += kBlock) rank += score(t) >= tok_score;
     }
     rank = block_sum_i32(rank, sh);
     if (threadIdx.x == 0) {
@@ -167,17 +166,18 @@ __device__ void write_logprobs(const RowJob& job, int32_t r, int32_t token, int3
   }
   if (!out.top_ids) return;
   int eligible = 0;
-  block_pass<kBlock, kLoadsInFlight>(V, 0ull, eligible_key, [&](int32_t, unsigned long long k) { eligible += k != 0; });
+  for (int32_t t = threadIdx.x; t < V; t += kBlock) eligible += eligible_key(t) != 0;
   eligible = block_sum_i32(eligible, sh);
   const int n = min(top_n, eligible);
   if (threadIdx.x == 0) sh.top_count = 0;
   __syncthreads();
   if (n > 0) {
-    const unsigned long long kth = BlockSelect<kBlock>::select_desc<Body::kCheap>(
+    const unsigned long long kth = BlockSelect<kBlock>::select_desc(
         V, static_cast<unsigned long long>(n), eligible_key, [](int32_t) { return 1ull; }, sh.select);
-    block_pass<kBlock, kLoadsInFlight>(V, 0ull, eligible_key, [&](int32_t, unsigned long long k) {
+    for (int32_t t = threadIdx.x; t < V; t += kBlock) {
+      const unsigned long long k = eligible_key(t);
       if (k && k >= kth) sh.top[atomicAdd(&sh.top_count, 1)] = k;
-    });
+    }
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -200,7 +200,7 @@ __device__ void write_logprobs(const RowJob& job, int32_t r, int32_t token, int3
 }
 
 // Row r by the exact path, if the fast path flagged it. Outputs only; the state is committed later.
-__device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& sh, unsigned long long* gathered) {
+__device__ void exact_row(const RowJob& job, int32_t r, Shared& sh, unsigned long long* gathered) {
   const SlotTableView& tab = job.table;
   const int32_t V = tab.vocab_size;
 
@@ -229,9 +229,8 @@ __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& 
   // Pass 1, steps 1-5: z (greedy rows keep x, i.e. T = 1), its maximum key, NaN.
   unsigned long long best = 0;
   int nan_seen = 0;
-  block_pass<kBlock, kLoadsInFlight, Body::kHeavy>(V, 0.0f, [&](int32_t t) { return detail::load_logit(row, job.dtype, t); },
-                                     [&](int32_t t, float x) {
-    if (t >= V) return;
+  for (int32_t t = threadIdx.x; t < V; t += kBlock) {
+    float x = detail::load_logit(row, job.dtype, t);
     if (detail::is_nan(x)) {
       nan_seen = 1;
       x = -INFINITY;
@@ -239,7 +238,7 @@ __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& 
     const float zt = pro.apply(tab, t, x);
     z[t] = zt;
     best = max(best, score_key(zt, t));
-  });
+  }
   int32_t status = __syncthreads_or(nan_seen) ? kStatusNaN : 0;
   best = block_max_u64(best, sh);
   const float m = best ? key_value(best) : -INFINITY;
@@ -251,7 +250,6 @@ __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& 
   double kept_sum = 1.0;  // sum of exp(z - m) over the kept set (finite m)
   int32_t kept_inf = 0;   // number of kept +inf scores (infinite m)
   int32_t kept = 0;
-  auto z_of = [&](int32_t t) { return z[t]; };
   auto z_key = [&](int32_t t) { return score_key(z[t], t); };
   if (best == 0) {
     status |= kStatusNoValidToken;
@@ -261,12 +259,12 @@ __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& 
     kept = 1;
   } else {
     const double md = m;
-    auto mass_of = [&](float s) -> unsigned long long {
+    auto mass = [&](int32_t t) -> unsigned long long {
+      const float s = z[t];
       if (m == INFINITY) return s == INFINITY ? static_cast<unsigned long long>(kMassScale) : 0ull;
       if (!(s > -INFINITY)) return 0ull;
       return static_cast<unsigned long long>(llrint(exp(static_cast<double>(s) - md) * kMassScale));
     };
-    auto mass = [&](int32_t t) { return mass_of(z[t]); };
     cut = (static_cast<unsigned long long>(detail::order_bits(-INFINITY)) + 1) << 32;  // every valid token
     if (p.min_p > 0.0f) {  // z >= z_max + ln(min_p), in double as the reference
       const float zf = __double2float_ru(md + log(static_cast<double>(p.min_p)));
@@ -274,18 +272,17 @@ __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& 
     }
     if (p.top_k > 0 && p.top_k < V) {
       int c = 0;
-      block_pass<kBlock, kLoadsInFlight>(V, 0ull, z_key, [&](int32_t, unsigned long long k) { c += k >= cut && k != 0; });
+      for (int32_t t = threadIdx.x; t < V; t += kBlock) c += z_key(t) >= cut && z_key(t) != 0;
       c = block_sum_i32(c, sh);
       if (p.top_k < c)
-        cut = max(cut, BlockSelect<kBlock>::select_desc<Body::kCheap>(V, static_cast<unsigned long long>(p.top_k), z_key,
+        cut = max(cut, BlockSelect<kBlock>::select_desc(V, static_cast<unsigned long long>(p.top_k), z_key,
                                                  [](int32_t) { return 1ull; }, sh.select));
     }
     if (p.top_p < 1.0f) {
       const bool joint = p.flags & kSlotTopPJoint;
       unsigned long long w = 0;
-      block_pass<kBlock, kLoadsInFlight, Body::kHeavy>(V, -INFINITY, z_of, [&](int32_t t, float s) {  // mass 0 past V
-        if (joint || score_key(s, t) >= cut) w += mass_of(s);
-      });
+      for (int32_t t = threadIdx.x; t < V; t += kBlock)
+        if (joint || z_key(t) >= cut) w += mass(t);
       w = block_sum_u64(w, sh);
       const unsigned long long target =
           static_cast<unsigned long long>(ceil(static_cast<double>(p.top_p) * static_cast<double>(w)));
@@ -296,18 +293,19 @@ __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& 
     ArgMax local{0.0, -1};
     double sum = 0.0;
     int n_inf = 0, n_kept = 0;
-    block_pass<kBlock, kLoadsInFlight, Body::kHeavy>(V, -INFINITY, z_of, [&](int32_t t, float s) {
-      const unsigned long long k = score_key(s, t);
-      if (k == 0 || k < cut) return;  // -inf past V
+    for (int32_t t = threadIdx.x; t < V; t += kBlock) {
+      const unsigned long long k = z_key(t);
+      if (k == 0 || k < cut) continue;
+      const float s = z[t];
       ++n_kept;
-      if (m == INFINITY && s != INFINITY) return;
+      if (m == INFINITY && s != INFINITY) continue;
       n_inf += s == INFINITY;
       if (m < INFINITY) sum += exp(static_cast<double>(s) - md);
       const double g = detail::gumbel_from_uniform_exact(
           detail::uniform_from_word(detail::random_word(p.seed, step, purpose, static_cast<uint32_t>(t))));
       const ArgMax cand{m == INFINITY ? g : static_cast<double>(s) + g, t};
       local = better(local, cand);
-    });
+    }
     token = block_argmax(local, sh).token;
     kept_sum = block_sum_f64(sum, sh);
     kept_inf = block_sum_i32(n_inf, sh);
@@ -331,12 +329,13 @@ __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& 
     auto correction = [&](uint32_t pos, auto&& score_of) {
       const uint32_t purpose_c = detail::purpose(detail::Draw::kCorrection, pos);
       ArgMax local{0.0, -1};
-      block_pass<kBlock, kLoadsInFlight, Body::kHeavy>(V, 0ull, z_key, [&](int32_t t, unsigned long long key) {
-        if (key == 0 || key < cut) return;
+      for (int32_t t = threadIdx.x; t < V; t += kBlock) {
+        const unsigned long long key = z_key(t);
+        if (key == 0 || key < cut) continue;
         const double sc = score_of(t);
-        if (!(sc > -INFINITY)) return;
+        if (!(sc > -INFINITY)) continue;
         local = better(local, ArgMax{sc + gumbel_exact(p.seed, step, purpose_c, t), t});
-      });
+      }
       return block_argmax(local, sh).token;
     };
     auto sample_score = [&](int32_t t) -> double {  // z, or the noise alone among +inf scores
@@ -385,9 +384,10 @@ __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& 
     if (threadIdx.x == 0) sh.gather_count = 0;
     __syncthreads();
     if (fits && kept > 0)
-      block_pass<kBlock, kLoadsInFlight>(V, 0ull, z_key, [&](int32_t, unsigned long long k) {
+      for (int32_t t = threadIdx.x; t < V; t += kBlock) {
+        const unsigned long long k = z_key(t);
         if (k != 0 && k >= cut) gathered[atomicAdd(&sh.gather_count, 1)] = k;
-      });
+      }
     __syncthreads();
     int32_t* ids = out.final_ids + r * out.final_stride;
     float* probs = out.final_probs + r * out.final_stride;

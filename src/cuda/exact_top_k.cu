@@ -103,11 +103,11 @@ __device__ void exact_top_k_row(const RowJob& job, int32_t r, Shared& sh) {
       if (keep) sh.s.gathered[at] = key;
     });
     __syncthreads();
-    kth = BlockSelect<kBlock>::select_desc<Body::kCheap>(
+    kth = BlockSelect<kBlock>::select_desc</*BatchKeys=*/true>(
         n_gather, static_cast<unsigned long long>(out.k), [&](int32_t i) { return sh.s.gathered[i]; },
         [](int32_t) { return 1ull; }, sh.select);
   } else {
-    kth = BlockSelect<kBlock>::select_desc<Body::kCheap>(
+    kth = BlockSelect<kBlock>::select_desc</*BatchKeys=*/true>(
         V, static_cast<unsigned long long>(out.k), key_of, [](int32_t) { return 1ull; }, sh.select);
   }
   if (threadIdx.x == 0) sh.count = 0;
