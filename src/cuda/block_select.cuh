@@ -21,10 +21,23 @@ struct BlockSelect {
 
   struct Storage {
     typename Scan::TempStorage scan;
-    unsigned long long hist[kBins];
+    // Each bin's 64-bit weight as two 32-bit words: sm_90 has no native 64-bit shared-memory
+    // atomicAdd (it compiles to a compare-and-swap loop, whose two regions held 53 % of the exact
+    // kernel's stall samples on a top-p-only flat row, ncu).
+    uint32_t hist_lo[kBins];
+    uint32_t hist_hi[kBins];
     unsigned long long prefix;
     unsigned long long remaining;
   };
+
+  // Adds w to a bin with native 32-bit atomics: the low word, then its carry (one wrap of the low
+  // word is exactly one carry, whatever the order of the adds) and the high word, when nonzero.
+  static __device__ __forceinline__ void add_weight(Storage& s, int bin, unsigned long long w) {
+    const uint32_t lo = static_cast<uint32_t>(w), hi = static_cast<uint32_t>(w >> 32);
+    const uint32_t old = atomicAdd(&s.hist_lo[bin], lo);
+    const uint32_t up = hi + (old + lo < old ? 1u : 0u);
+    if (up) atomicAdd(&s.hist_hi[bin], up);
+  }
 
   // Over t in [0, n): key_of(t) (0 excludes t; nonzero keys are distinct) weighted by weight_of(t).
   // Returns the largest key c with sum_{key >= c} weight >= k; requires 1 <= k <= total weight.
@@ -40,7 +53,7 @@ struct BlockSelect {
     }
     unsigned long long mask = 0;
     for (int shift = 56; shift >= 0; shift -= 8) {
-      for (int b = threadIdx.x; b < kBins; b += BLOCK) s.hist[b] = 0;
+      for (int b = threadIdx.x; b < kBins; b += BLOCK) s.hist_lo[b] = s.hist_hi[b] = 0;
       __syncthreads();
       const unsigned long long prefix = s.prefix, remaining = s.remaining;
       // A thread's consecutive keys mostly share a digit: add runs, not single weights, so that a
@@ -52,7 +65,7 @@ struct BlockSelect {
         const unsigned long long w = weight_of(t);
         const int bin = static_cast<int>((key >> shift) & 0xFF);
         if (bin != run_bin) {
-          if (run) atomicAdd(&s.hist[run_bin], run);
+          if (run) add_weight(s, run_bin, run);
           run_bin = bin;
           run = 0;
         }
@@ -62,11 +75,13 @@ struct BlockSelect {
         block_pass<BLOCK, kKeysInFlight>(n, 0ull, key_of, add);
       else
         for (int32_t t = threadIdx.x; t < n; t += BLOCK) add(t, key_of(t));
-      if (run) atomicAdd(&s.hist[run_bin], run);
+      if (run) add_weight(s, run_bin, run);
       __syncthreads();
       // Thread i looks at bucket 255 - i: an inclusive scan gives the weight at or above it.
       const int i = threadIdx.x;
-      const unsigned long long v = i < kBins ? s.hist[kBins - 1 - i] : 0;
+      const int b = kBins - 1 - i;
+      const unsigned long long v =
+          i < kBins ? static_cast<unsigned long long>(s.hist_hi[b]) << 32 | s.hist_lo[b] : 0ull;
       unsigned long long incl;
       Scan(s.scan).InclusiveSum(v, incl);
       const unsigned long long excl = incl - v;
