@@ -168,6 +168,28 @@ template <int N>
 __device__ __forceinline__ void warp_append_batch(unsigned long long* dst, int* n, int cap,
                                                   const unsigned long long (&key)[N], unsigned keep);
 
+// Wide blocks' reading of candidates: warp `warp` of Warps takes chunks warp, warp + Warps, ... one
+// after the other, their counts summed into end[] (item j of the warp lies in run q, chunk
+// warp + q * Warps, with end[q - 1] <= j < end[q]). key[b] = the warp's item base + 32 b, read from
+// the chunk's region of the list (0 past total): N independent loads.
+template <int Warps, int Runs, int N>
+__device__ __forceinline__ void load_run_batch(const unsigned long long* list, int64_t capacity, int warp,
+                                               const int (&end)[Runs], int total, int base,
+                                               unsigned long long (&key)[N]) {
+#pragma unroll
+  for (int b = 0; b < N; ++b) {
+    const int j = base + 32 * b;
+    key[b] = 0ull;
+    if (j < total) {
+      int c = warp, before = 0;  // item j is candidate j - before of chunk c
+#pragma unroll
+      for (int e = 0; e + 1 < Runs; ++e)
+        if (j >= end[e]) c = warp + (e + 1) * Warps, before = end[e];
+      key[b] = __ldcg(list + c * capacity + (j - before));
+    }
+  }
+}
+
 // Wide blocks (row_stage2_kernel): warps 1 .. Threads / 32 - 1 read the row's candidates at or above
 // the row's bound into sh.gathered (sh.n_bound counts them) while warp 0 merges the chunks'
 // statistics, so that the two chains of L2 round trips overlap (one after the other they were
@@ -202,18 +224,7 @@ __device__ __forceinline__ void list_while_merging(const RowJob& job, int32_t r,
   for (int base = lane; base - lane < total; base += 32 * kBatch) {
     unsigned long long key[kBatch];
     unsigned listed = 0;
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int j = base + 32 * b;
-      key[b] = 0ull;
-      if (j < total) {
-        int c = warp, before = 0;  // item j is candidate j - before of chunk c
-#pragma unroll
-        for (int e = 0; e + 1 < kRuns; ++e)
-          if (j >= end[e]) c = warp + (e + 1) * kWarps, before = end[e];
-        key[b] = __ldcg(list + c * capacity + (j - before));
-      }
-    }
+    load_run_batch<kWarps>(list, capacity, warp, end, total, base, key);
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) listed |= (kept_by(key[b], bound) ? 1u : 0u) << b;
     warp_append_batch(sh.gathered, &sh.n_bound, kBoundCap, key, listed);
@@ -372,18 +383,7 @@ __device__ __forceinline__ void for_each_listed_batch(const RowJob& job, int32_t
     }
     for (int base = lane; base - lane < total; base += 32 * N) {
       unsigned long long key[N];
-#pragma unroll
-      for (int b = 0; b < N; ++b) {
-        const int j = base + 32 * b;
-        key[b] = 0ull;
-        if (j < total) {
-          int c = warp, before = 0;  // item j is candidate j - before of chunk c
-#pragma unroll
-          for (int e = 0; e + 1 < kRuns; ++e)
-            if (j >= end[e]) c = warp + (e + 1) * kWarps, before = end[e];
-          key[b] = __ldcg(list + c * capacity + (j - before));
-        }
-      }
+      load_run_batch<kWarps>(list, capacity, warp, end, total, base, key);
       g(key);
     }
   } else {
