@@ -643,6 +643,23 @@ __device__ void write_prefix_ranks(const RowJob& job, int32_t r, const RowProlog
   }
 }
 
+// The log-probability of `token` in the call's mode, from the row's merged sums: raw (the input
+// logits' max and sum), processed (z over every valid token) or final (z over the kept set; 0 for
+// greedy rows, whose kept set is the argmax alone).
+template <int Threads>
+__device__ __forceinline__ float token_logprob(const RowJob& job, int32_t r, const RowPrologue& pro, const RowKind& k,
+                                               int32_t token, double kept_sum, float zm, const Stage2Shared<Threads>& sh) {
+  const size_t elem = job.dtype == DType::kF32 ? 4 : 2;
+  const void* row = static_cast<const char*>(job.logits) + r * job.row_stride * elem;
+  const float x = detail::load_logit(row, job.dtype, token);
+  if (job.mode == LogprobMode::kRaw)
+    return static_cast<float>(static_cast<double>(x) - static_cast<double>(sh.raw_max) - log(sh.raw_sum));
+  if (job.mode == LogprobMode::kFinal && pro.greedy) return 0.0f;
+  const float zt = pro.apply(job.table, token, detail::is_nan(x) ? -INFINITY : x);
+  const double norm = job.mode == LogprobMode::kFinal && k.truncated ? kept_sum : sh.sum_all;
+  return static_cast<float>(static_cast<double>(zt) - static_cast<double>(zm) - log(norm));
+}
+
 // Stage 2 for row r (the whole block).
 template <int Threads>
 __device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro, const RowKind& k, const VerifyRow& w,
@@ -787,22 +804,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
       out.top_logprobs[r * out.top_stride + i] = -INFINITY;
     }
   if (tid == 0) {
-    if (out.logprob) {
-      float lp = 0.0f;
-      const size_t elem = job.dtype == DType::kF32 ? 4 : 2;
-      const void* row = static_cast<const char*>(job.logits) + r * job.row_stride * elem;
-      const float x = detail::load_logit(row, job.dtype, token);
-      if (job.mode == LogprobMode::kRaw) {
-        lp = static_cast<float>(static_cast<double>(x) - static_cast<double>(sh.raw_max) - log(sh.raw_sum));
-      } else if (job.mode == LogprobMode::kFinal && pro.greedy) {
-        lp = 0.0f;
-      } else {
-        const float zt = pro.apply(tab, token, detail::is_nan(x) ? -INFINITY : x);
-        const double norm = job.mode == LogprobMode::kFinal && k.truncated ? kept_sum : sh.sum_all;
-        lp = static_cast<float>(static_cast<double>(zt) - static_cast<double>(zm) - log(norm));
-      }
-      out.logprob[r] = lp;
-    }
+    if (out.logprob) out.logprob[r] = token_logprob(job, r, pro, k, token, kept_sum, zm, sh);
     if (out.final_count) out.final_count[r] = kept;
     out.tokens[r] = token;
     if (out.status) out.status[r] = sh.nan ? kStatusNaN : 0;
@@ -879,22 +881,7 @@ __device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro
   // Rows that ask for ranks or the top N reach here only when the prefix decides them (stage2_row).
   if (asks_ranks(job.out, p)) write_prefix_ranks(job, r, pro, emit, kept, kept_sum, zm, sh);
   if (tid == 0) {
-    if (job.out.logprob) {
-      const size_t elem = job.dtype == DType::kF32 ? 4 : 2;
-      const void* row = static_cast<const char*>(job.logits) + r * job.row_stride * elem;
-      const float x = detail::load_logit(row, job.dtype, emit);
-      float lp;
-      if (job.mode == LogprobMode::kRaw) {
-        lp = static_cast<float>(static_cast<double>(x) - static_cast<double>(sh.raw_max) - log(sh.raw_sum));
-      } else if (job.mode == LogprobMode::kFinal && pro.greedy) {
-        lp = 0.0f;  // the argmax; greedy rows emit nothing else
-      } else {
-        const float zt = pro.apply(job.table, emit, detail::is_nan(x) ? -INFINITY : x);
-        const double norm = job.mode == LogprobMode::kFinal && k.truncated ? kept_sum : sh.sum_all;
-        lp = static_cast<float>(static_cast<double>(zt) - static_cast<double>(zm) - log(norm));
-      }
-      job.out.logprob[r] = lp;
-    }
+    if (job.out.logprob) job.out.logprob[r] = token_logprob(job, r, pro, k, emit, kept_sum, zm, sh);
     v.verdicts[r] = RowVerdict{emit, stop};
     if (job.out.status) job.out.status[r] = sh.nan ? kStatusNaN : 0;
     job.fast.exact_flags[r] = 0;
