@@ -47,9 +47,8 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
   // wait there, so that only the grid's completion separates the two kernels.
   if (job.fast.separate_stage2) allow_dependent_launch();
   if (job.top_k.k > 0) {  // Sampler::top_k: raw logits, no request
-    RowPrologue pro;
-    RowKind kind;
-    top_k_prologue(&pro, &kind, job.top_k.k);
+    const RowPrologue pro = top_k_prologue();
+    const RowKind kind = top_k_row_kind(job.top_k.k);
     if (stage1_chunk<D>(job, r, chunk, 0, pro, kind, row, vec_ok, slots, s1, &last)) {
       allow_dependent_launch();
       if (!job.fast.separate_stage2) top_k_row(job, r, kind, s2);

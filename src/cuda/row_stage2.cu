@@ -21,9 +21,7 @@ __global__ void __launch_bounds__(kRowStage2Threads) row_stage2_kernel(RowJob jo
   __shared__ Stage2Shared<kRowStage2Threads> sh;
   const int32_t r = blockIdx.x;
   if (job.top_k.k > 0) {  // Sampler::top_k: no request
-    RowPrologue pro;
-    RowKind kind;
-    top_k_prologue(&pro, &kind, job.top_k.k);
+    const RowKind kind = top_k_row_kind(job.top_k.k);
     wait_for_prerequisite_grid();
     allow_dependent_launch();
     timeline_mark(kMarkStage2);

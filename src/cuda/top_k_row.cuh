@@ -11,25 +11,33 @@
 
 namespace sonic::cuda {
 
-// The row "parameters" of a top-k call of k tokens: nothing but T = 1.
-__device__ __forceinline__ void top_k_prologue(RowPrologue* pro, RowKind* kind, int32_t k) {
-  pro->p = SlotParams{};
-  pro->p.temperature = 1.0f;
-  pro->p.top_p = 1.0f;
-  pro->slot = 0;
-  pro->mask = nullptr;
-  pro->greedy = false;
-  pro->penalised = false;
-  pro->has_rules = false;
-  pro->position = 0;
-  pro->prev_drafts = nullptr;
-  pro->n_prev = 0;
-  kind->truncated = true;
-  kind->untruncated = false;
-  kind->need_sum = false;
-  kind->need_raw = false;
-  kind->inv_t = 1.0f;
-  kind->top_k = k <= kFastThreads ? k : 0;
+// How stage 1 and stage 2 treat a row of a top-k call of k tokens: truncated, no sums, T = 1.
+__device__ __forceinline__ RowKind top_k_row_kind(int32_t k) {
+  RowKind kind;
+  kind.truncated = true;
+  kind.untruncated = false;
+  kind.need_sum = false;
+  kind.need_raw = false;
+  kind.inv_t = 1.0f;
+  kind.top_k = k <= kFastThreads ? k : 0;
+  return kind;
+}
+
+// The row "parameters" of a top-k call, for stage 1: nothing but T = 1.
+__device__ __forceinline__ RowPrologue top_k_prologue() {
+  RowPrologue pro;
+  pro.p = SlotParams{};
+  pro.p.temperature = 1.0f;
+  pro.p.top_p = 1.0f;
+  pro.slot = 0;
+  pro.mask = nullptr;
+  pro.greedy = false;
+  pro.penalised = false;
+  pro.has_rules = false;
+  pro.position = 0;
+  pro.prev_drafts = nullptr;
+  pro.n_prev = 0;
+  return pro;
 }
 
 template <int Threads>
