@@ -49,9 +49,9 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
   if (job.top_k.k > 0) {  // Sampler::top_k: raw logits, no request
     const RowPrologue pro = top_k_prologue();
     const RowKind kind = top_k_row_kind(job.top_k.k);
-    if (stage1_chunk<D>(job, r, chunk, 0, pro, kind, row, vec_ok, slots, s1, &last) && !job.fast.separate_stage2) {
+    if (stage1_chunk<D>(job, r, chunk, 0, pro, kind, row, vec_ok, slots, s1, &last)) {
       allow_dependent_launch();
-      top_k_row(job, r, kind, s2);
+      if (!job.fast.separate_stage2) top_k_row(job, r, kind, s2);
     }
     timeline_mark(kMarkExit);
     return;
@@ -81,11 +81,11 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
       return;
     }
   }
+  allow_dependent_launch();
   if (job.fast.separate_stage2) {  // row_stage2_kernel, launched next, runs it with more threads
     timeline_mark(kMarkExit);
     return;
   }
-  allow_dependent_launch();  // (separate stage 2: already at the block's start)
   // Stage 2 reads the row's request afresh, so that stage 1 holds none of it in registers.
   resolve_call_row(job, r, &slot, &mask, &w);
   const RowPrologue pro = call_row_prologue(job, slot, mask, w);
