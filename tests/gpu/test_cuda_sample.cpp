@@ -263,13 +263,18 @@ std::string case_name(const ::testing::TestParamInfo<AgreementCase>& info) {
   return "V" + std::to_string(info.param.V) + "_" + kDtype[static_cast<int>(info.param.dtype)];
 }
 
-// Samples `steps` calls of one random batch of R rows on both backends and compares them; the
-// emitted tokens feed the next call's penalties. Returns {rows compared, near-tie disagreements}.
-std::pair<int, int> agreement_run(const AgreementCase& c, int32_t R, int steps, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  const Batch b = random_batch(rng, c.V, R, c.dtype, kTopN, /*with_bitmask=*/true);
-  sonic::Sampler cpu(make_config(sonic::Backend::kCpu, c.V, R));
-  sonic::Sampler gpu(make_config(sonic::Backend::kCuda, c.V, R));
+struct AgreementCount {
+  int compared = 0;
+  int near_ties = 0;
+  uint64_t exact_rows = 0;  // rows the GPU sent to the exact kernel
+};
+
+// Samples `steps` calls of batch b on both backends and compares them; the emitted tokens feed the
+// next call's penalties.
+AgreementCount agreement_on(const Batch& b, int steps) {
+  const int32_t R = b.rows;
+  sonic::Sampler cpu(make_config(sonic::Backend::kCpu, b.V, R));
+  sonic::Sampler gpu(make_config(sonic::Backend::kCuda, b.V, R));
   std::vector<int32_t> slots(R);
   for (int32_t r = 0; r < R; ++r) {
     slots[r] = (r * 5 + 3) % (R + 8);  // rows map to scattered slots
@@ -299,7 +304,14 @@ std::pair<int, int> agreement_run(const AgreementCase& c, int32_t R, int steps, 
     compared += R;
     for (int32_t r = 0; r < R; ++r) EXPECT_EQ(cpu.step(slots[r]), gpu.step(slots[r]));
   }
-  return {compared, near_ties};
+  return {compared, near_ties, gpu.exact_path_rows()};
+}
+
+// One random batch of R rows (every row kind, random parameters, a bitmask) through agreement_on.
+std::pair<int, int> agreement_run(const AgreementCase& c, int32_t R, int steps, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const AgreementCount n = agreement_on(random_batch(rng, c.V, R, c.dtype, kTopN, /*with_bitmask=*/true), steps);
+  return {n.compared, n.near_ties};
 }
 
 class CudaAgreement : public ::testing::TestWithParam<AgreementCase> {};
@@ -310,6 +322,30 @@ TEST_P(CudaAgreement, MatchesReferenceTokenForToken) {
   std::printf("V=%d dtype=%d: %d rows compared, %d near-tie disagreements\n", c.V, static_cast<int>(c.dtype),
               compared, near_ties);
   EXPECT_LE(near_ties, compared / 20);
+}
+
+// Top-p alone on flat, plateau or masked rows keeps most of the vocabulary: the fast path cannot
+// settle those rows and the exact kernel takes them (its Gumbel pass screens with the fp32 noise and
+// draws the double noise only near the best score). Tokens, logprobs, ranks and final distributions
+// must still be the reference's.
+TEST(CudaExactPath, WideNucleusMatchesReference) {
+  for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16}) {
+    std::mt19937_64 rng(4242 + static_cast<int>(dtype));
+    Batch b = random_batch(rng, 151936, 12, dtype, kTopN, /*with_bitmask=*/false);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    for (sonic::RequestParams& p : b.params) {
+      p.temperature = 0.7f + 0.8f * u(rng);
+      p.top_k = 0;
+      p.min_p = 0.0f;
+      p.top_p = 0.8f + 0.19f * u(rng);
+      p.top_p_joint = u(rng) < 0.3f;
+    }
+    const AgreementCount n = agreement_on(b, 6);
+    std::printf("wide nucleus dtype=%d: %d rows compared, %d near-tie disagreements, exact rows %llu\n",
+                static_cast<int>(dtype), n.compared, n.near_ties, static_cast<unsigned long long>(n.exact_rows));
+    EXPECT_LE(n.near_ties, n.compared / 20);  // each one checked to be a near-tie by compare()
+    EXPECT_GE(n.exact_rows, static_cast<uint64_t>(n.compared / 4));  // the exact kernel did run
+  }
 }
 
 // The fast kernel streams chunks of tiles whose size depends on the grid (and can be forced for
