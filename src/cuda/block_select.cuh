@@ -47,15 +47,23 @@ struct BlockSelect {
   template <bool BatchKeys = false, class KeyFn, class WeightFn>
   static __device__ unsigned long long select_desc(int32_t n, unsigned long long k, KeyFn key_of,
                                                    WeightFn weight_of, Storage& s) {
+    return select_desc_of_total<BatchKeys>(n, [k](unsigned long long) { return k; }, key_of, weight_of, s);
+  }
+
+  // The same with k = k_of_total(total weight), known after the first pass (whose histogram holds
+  // every weight): a top-p target costs no pass of its own. Returns 0 when k_of_total gives 0.
+  template <bool BatchKeys = false, class KFn, class KeyFn, class WeightFn>
+  static __device__ unsigned long long select_desc_of_total(int32_t n, KFn k_of_total, KeyFn key_of,
+                                                            WeightFn weight_of, Storage& s) {
     if (threadIdx.x == 0) {
       s.prefix = 0;
-      s.remaining = k;
+      s.remaining = 0;  // the first pass takes k_of_total's
     }
     unsigned long long mask = 0;
     for (int shift = 56; shift >= 0; shift -= 8) {
       for (int b = threadIdx.x; b < kBins; b += BLOCK) s.hist_lo[b] = s.hist_hi[b] = 0;
       __syncthreads();
-      const unsigned long long prefix = s.prefix, remaining = s.remaining;
+      const unsigned long long prefix = s.prefix, carried = s.remaining;
       // A thread's consecutive keys mostly share a digit: add runs, not single weights, so that a
       // row whose keys crowd into one bucket does not serialise on one shared-memory address.
       int run_bin = -1;
@@ -82,8 +90,13 @@ struct BlockSelect {
       const int b = kBins - 1 - i;
       const unsigned long long v =
           i < kBins ? static_cast<unsigned long long>(s.hist_hi[b]) << 32 | s.hist_lo[b] : 0ull;
-      unsigned long long incl;
-      Scan(s.scan).InclusiveSum(v, incl);
+      unsigned long long incl, total;
+      Scan(s.scan).InclusiveSum(v, incl, total);
+      const unsigned long long remaining = shift == 56 ? k_of_total(total) : carried;
+      if (remaining == 0) {  // uniform: every thread has the same total
+        __syncthreads();
+        return 0ull;
+      }
       const unsigned long long excl = incl - v;
       const bool last = i == kBins - 1;
       if (i < kBins && excl < remaining && (incl >= remaining || last)) {

@@ -268,7 +268,8 @@ __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& 
       if (!(s > -INFINITY)) return 0ull;
       return static_cast<unsigned long long>(llrint(exp(static_cast<double>(s) - md) * kMassScale));
     };
-    cut = (static_cast<unsigned long long>(detail::order_bits(-INFINITY)) + 1) << 32;  // every valid token
+    const unsigned long long every_valid = (static_cast<unsigned long long>(detail::order_bits(-INFINITY)) + 1) << 32;
+    cut = every_valid;
     if (p.min_p > 0.0f) {  // z >= z_max + ln(min_p), in double as the reference
       const float zf = __double2float_ru(md + log(static_cast<double>(p.min_p)));
       cut = max(cut, static_cast<unsigned long long>(detail::order_bits(zf)) << 32);
@@ -283,13 +284,19 @@ __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& 
     }
     if (p.top_p < 1.0f) {
       const bool joint = p.flags & kSlotTopPJoint;
-      unsigned long long w = 0;
-      for (int32_t t = threadIdx.x; t < V; t += kBlock)
-        if (joint || z_key(t) >= cut) w += mass(t);
-      w = block_sum_u64(w, sh);
-      const unsigned long long target =
-          static_cast<unsigned long long>(ceil(static_cast<double>(p.top_p) * static_cast<double>(w)));
-      if (target > 0) cut = max(cut, BlockSelect<kBlock>::select_desc(V, target, z_key, mass, sh.select));
+      auto target_of = [&](unsigned long long w) {
+        return static_cast<unsigned long long>(ceil(static_cast<double>(p.top_p) * static_cast<double>(w)));
+      };
+      if (joint || cut == every_valid) {
+        // The mass to reach is a share of every valid token's: the selection's first pass sums it.
+        cut = max(cut, BlockSelect<kBlock>::select_desc_of_total(V, target_of, z_key, mass, sh.select));
+      } else {
+        unsigned long long w = 0;
+        for (int32_t t = threadIdx.x; t < V; t += kBlock)
+          if (z_key(t) >= cut) w += mass(t);
+        const unsigned long long target = target_of(block_sum_u64(w, sh));
+        if (target > 0) cut = max(cut, BlockSelect<kBlock>::select_desc(V, target, z_key, mass, sh.select));
+      }
     }
     // Gumbel-max over the kept set, ties to the lower id; among +inf scores the noise alone. Two
     // passes: the fp32 noise (within kFastNoiseSlack of the double one) finds the best screened
