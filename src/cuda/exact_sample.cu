@@ -202,6 +202,58 @@ __device__ void write_logprobs(const RowJob& job, int32_t r, int32_t token, int3
   __syncthreads();
 }
 
+// The Gumbel-max draw over a row's kept set {t : key of z_t >= cut} (z_of(t) reads z_t), ties to
+// the lower id; among +inf scores (m = +inf) the noise alone. Two passes: the fp32 noise (within
+// kFastNoiseSlack of the double one) finds the best screened score; only tokens within twice the
+// slack of it can win or tie, and only they get the double-precision noise (on a flat row's nucleus
+// of ~90K tokens, a handful), so the token is the one the double noise alone gives. Also the kept
+// set's size, its +inf count and, with want_sum, its sum of exp(z - m) in double.
+struct KeptDraw {
+  int32_t token;
+  int32_t kept;
+  int32_t n_inf;
+  double sum;
+};
+
+template <class ZFn>
+__device__ KeptDraw draw_kept(int32_t V, ZFn z_of, unsigned long long cut, float m, bool want_sum, uint64_t seed,
+                              uint64_t step, uint32_t purpose, Shared& sh) {
+  auto uniform_of = [&](int32_t t) {
+    return detail::uniform_from_word(detail::random_word(seed, step, purpose, static_cast<uint32_t>(t)));
+  };
+  auto base_of = [&](float s) { return m == INFINITY ? 0.0 : static_cast<double>(s); };
+  ArgMax screened{0.0, -1};
+  double sum = 0.0;
+  int n_inf = 0, n_kept = 0;
+  for (int32_t t = threadIdx.x; t < V; t += kBlock) {
+    const float s = z_of(t);
+    const unsigned long long k = score_key(s, t);
+    if (k == 0 || k < cut) continue;
+    ++n_kept;
+    if (m == INFINITY && s != INFINITY) continue;
+    n_inf += s == INFINITY;
+    if (want_sum && m < INFINITY) sum += exp(static_cast<double>(s) - static_cast<double>(m));
+    screened = better(screened, ArgMax{base_of(s) + static_cast<double>(detail::gumbel_from_uniform_fast(uniform_of(t))), t});
+  }
+  const double reach = block_argmax(screened, sh).score - 2.0 * kFastNoiseSlack;
+  ArgMax local{0.0, -1};
+  for (int32_t t = threadIdx.x; t < V; t += kBlock) {
+    const float s = z_of(t);
+    const unsigned long long k = score_key(s, t);
+    if (k == 0 || k < cut) continue;
+    if (m == INFINITY && s != INFINITY) continue;
+    const float v = uniform_of(t);
+    if (base_of(s) + static_cast<double>(detail::gumbel_from_uniform_fast(v)) < reach) continue;
+    local = better(local, ArgMax{base_of(s) + detail::gumbel_from_uniform_exact(v), t});
+  }
+  KeptDraw d;
+  d.token = block_argmax(local, sh).token;
+  d.sum = block_sum_f64(sum, sh);
+  d.n_inf = block_sum_i32(n_inf, sh);
+  d.kept = block_sum_i32(n_kept, sh);
+  return d;
+}
+
 // Row r by the exact path, if the fast path flagged it. Outputs only; the state is committed later.
 __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& sh, unsigned long long* gathered) {
   const SlotTableView& tab = job.table;
@@ -298,46 +350,12 @@ __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& 
         if (target > 0) cut = max(cut, BlockSelect<kBlock>::select_desc(V, target, z_key, mass, sh.select));
       }
     }
-    // Gumbel-max over the kept set, ties to the lower id; among +inf scores the noise alone. Two
-    // passes: the fp32 noise (within kFastNoiseSlack of the double one) finds the best screened
-    // score; only tokens within twice the slack of it can win or tie, and only they get the
-    // double-precision noise (on a flat row's nucleus of ~90K tokens, a handful), so the token is
-    // the one the double noise alone gives.
-    const uint32_t purpose = detail::purpose(detail::Draw::kSampling, pro.position);
-    auto uniform_of = [&](int32_t t) {
-      return detail::uniform_from_word(detail::random_word(p.seed, step, purpose, static_cast<uint32_t>(t)));
-    };
-    auto base_of = [&](float s) { return m == INFINITY ? 0.0 : static_cast<double>(s); };
-    const bool want_sum = verifying || job.out.final_ids;  // kept_sum's readers: p_j and the final probs
-    ArgMax screened{0.0, -1};
-    double sum = 0.0;
-    int n_inf = 0, n_kept = 0;
-    for (int32_t t = threadIdx.x; t < V; t += kBlock) {
-      const unsigned long long k = z_key(t);
-      if (k == 0 || k < cut) continue;
-      const float s = z[t];
-      ++n_kept;
-      if (m == INFINITY && s != INFINITY) continue;
-      n_inf += s == INFINITY;
-      if (want_sum && m < INFINITY) sum += exp(static_cast<double>(s) - md);
-      const ArgMax cand{base_of(s) + static_cast<double>(detail::gumbel_from_uniform_fast(uniform_of(t))), t};
-      screened = better(screened, cand);
-    }
-    const double reach = block_argmax(screened, sh).score - 2.0 * kFastNoiseSlack;
-    ArgMax local{0.0, -1};
-    for (int32_t t = threadIdx.x; t < V; t += kBlock) {
-      const unsigned long long k = z_key(t);
-      if (k == 0 || k < cut) continue;
-      const float s = z[t];
-      if (m == INFINITY && s != INFINITY) continue;
-      const float v = uniform_of(t);
-      if (base_of(s) + static_cast<double>(detail::gumbel_from_uniform_fast(v)) < reach) continue;
-      local = better(local, ArgMax{base_of(s) + detail::gumbel_from_uniform_exact(v), t});
-    }
-    token = block_argmax(local, sh).token;
-    kept_sum = block_sum_f64(sum, sh);
-    kept_inf = block_sum_i32(n_inf, sh);
-    kept = block_sum_i32(n_kept, sh);
+    const KeptDraw d = draw_kept(V, [&](int32_t t) { return z[t]; }, cut, m, verifying || job.out.final_ids,
+                                 p.seed, step, detail::purpose(detail::Draw::kSampling, pro.position), sh);
+    token = d.token;
+    kept_sum = d.sum;
+    kept_inf = d.n_inf;
+    kept = d.kept;
   }
 
   // Verification: the row verdict; its logprob outputs are those of the token it emits.
