@@ -4,6 +4,7 @@
 // double exactly as the CPU reference does, so the two agree token for token.
 #include <cub/block/block_reduce.cuh>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -75,6 +76,10 @@ struct Shared {
   unsigned long long top[kMaxTopLogprobs];
   int top_count;
   int gather_count;
+  int split_row;       // split rows: the row a block's work item names
+  int split_last;      // split rows: this block is the row's last slice
+  int split_bucket;    // split rows: the bucket of the top-p crossing
+  unsigned long long split_above;  // split rows: the mass of the buckets above it
 };
 
 __device__ unsigned long long block_max_u64(unsigned long long v, Shared& sh) {
@@ -539,6 +544,195 @@ __device__ void commit_requests(const RowJob& job, int32_t first_request, int32_
   }
 }
 
+// Split rows. A flagged row costs one block ~10 passes over the row, FP64-bound (a top-p-only flat
+// row: 1.3 ms at V = 151936). When the call flagged few rows, S >= 2 blocks take each: every block
+// computes z and the fixed-point masses of a slice of the row (the double-precision exp, the bulk
+// of the work) into the row's SplitScratch histogram by the keys' top 12 bits, and the row's last
+// slice alone finds the bucket where the top-p target falls, gathers that bucket's keys (a few
+// thousand on a flat row) to select the cut in shared memory, and draws (draw_kept, fp32-screened).
+// Rows this does not cover (verification, any logprob, rank, top-N or final-distribution output,
+// greedy, top-k, untruncated, no valid token, a +inf maximum) or whose crossing bucket holds more
+// than kSplitGatherKeys keys take exact_row in their first slice's block.
+constexpr int32_t kSplitMinBlocks = 32;     // the exact kernel's blocks at least (small batches)
+constexpr int32_t kSplitGatherKeys = 6144;  // keys of the crossing bucket held in shared memory
+constexpr size_t kSplitSharedBytes = 3 * kSplitBuckets * sizeof(uint32_t);  // a slice's histogram
+
+// The f-th row (0-based) whose exact flag is set, for the whole block.
+__device__ int32_t nth_flagged_row(const RowJob& job, int32_t f, Shared& sh) {
+  if (threadIdx.x == 0) sh.split_row = -1;
+  int32_t seen = 0;
+  for (int32_t base = 0; base < job.rows; base += kBlock) {
+    const int32_t r = base + threadIdx.x;
+    const unsigned long long flag = r < job.rows && __ldcg(job.exact_flags + r) != 0 ? 1ull : 0ull;
+    unsigned long long before, round;
+    __syncthreads();
+    BlockSelect<kBlock>::Scan(sh.select.scan).ExclusiveSum(flag, before, round);
+    if (flag && seen + static_cast<int32_t>(before) == f) sh.split_row = r;
+    seen += static_cast<int32_t>(round);
+  }
+  __syncthreads();
+  return sh.split_row;
+}
+
+// Slice s of S of flagged row r (split row f); see above. True when this block is to take the row
+// by exact_row instead (its first slice for a row this does not cover, its last for a crowded one).
+__device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t f, int32_t s, int32_t S, Shared& sh,
+                          unsigned long long* gathered) {
+  const SlotTableView& tab = job.table;
+  const int32_t V = tab.vocab_size;
+  const RowOutputs& out = job.out;
+  int32_t slot = -1;
+  const int32_t* mask = nullptr;
+  VerifyRow w;
+  bool covered = job.verify.num_requests == 0 && !out.logprob && !out.rank && !out.top_ids && !out.final_ids &&
+                 resolve_call_row(job, r, &slot, &mask, &w) == kRowOk;
+  RowPrologue pro;
+  if (covered) {
+    pro = call_row_prologue(job, slot, mask, w);
+    const SlotParams& p = pro.p;
+    covered = !pro.greedy && !(p.top_k > 0 && p.top_k < V) && (p.top_p < 1.0f || p.min_p > 0.0f);
+  }
+  // The row's maximum z from stage 1's chunk statistics (keys of x after steps 1-4, the same code
+  // as pro.apply's; the temperature keeps their order), so that the masses need no pass of their own.
+  unsigned long long max_key = 0;
+  if (covered && static_cast<int32_t>(threadIdx.x) < job.fast.chunks)
+    max_key = __ldcg(&job.fast.stats[static_cast<int64_t>(r) * job.fast.chunks + threadIdx.x].max_key);
+  max_key = block_max_u64(max_key, sh);  // uniform: every block of the row gets the same
+  if (!covered || max_key == 0) return s == 0;
+  const float m = detail::apply_temperature(detail::key_value(max_key), pro.p.temperature);
+  if (!(m > -INFINITY) || m == INFINITY) return s == 0;
+  const SlotParams& p = pro.p;
+  const double md = m;
+  const bool joint = p.flags & kSlotTopPJoint;
+  const float min_z = p.min_p > 0.0f ? __double2float_ru(md + log(static_cast<double>(p.min_p))) : -INFINITY;
+  auto mass_of = [&](float zt) {  // zt > -inf: exact_row's fixed-point mass
+    return static_cast<unsigned long long>(llrint(exp(static_cast<double>(zt) - md) * kMassScale));
+  };
+  const size_t elem = job.dtype == DType::kF32 ? 4 : 2;
+  const void* row = static_cast<const char*>(job.logits) + r * job.row_stride * elem;
+  float* z = job.z + static_cast<int64_t>(r) * V;
+  unsigned long long* g_mass = job.split.mass + static_cast<int64_t>(f) * kSplitBuckets;
+  uint32_t* g_count = job.split.count + static_cast<int64_t>(f) * kSplitBuckets;
+
+  // This slice: z, and the masses and counts by bucket (shared histogram, 64-bit masses as two
+  // 32-bit words), then added to the row's.
+  uint32_t* h_lo = reinterpret_cast<uint32_t*>(gathered);
+  uint32_t* h_hi = h_lo + kSplitBuckets;
+  uint32_t* h_n = h_hi + kSplitBuckets;
+  for (int i = threadIdx.x; i < 3 * kSplitBuckets; i += kBlock) h_lo[i] = 0;
+  __syncthreads();
+  const int32_t per = (V + S - 1) / S;
+  const int32_t lo = s * per, hi = min(V, lo + per);
+  unsigned long long total = 0;  // the mass top-p measures: every valid token's (joint) or min-p's survivors'
+  int nan_seen = 0;
+  for (int32_t t = lo + threadIdx.x; t < hi; t += kBlock) {
+    float x = detail::load_logit(row, job.dtype, t);
+    if (detail::is_nan(x)) {
+      nan_seen = 1;
+      x = -INFINITY;
+    }
+    const float zt = pro.apply(tab, t, x);
+    z[t] = zt;
+    if (!(zt > -INFINITY)) continue;
+    const unsigned long long wt = mass_of(zt);
+    const int b = static_cast<int>(score_key(zt, t) >> 52);
+    const uint32_t wl = static_cast<uint32_t>(wt), old = atomicAdd(&h_lo[b], wl);
+    const uint32_t up = static_cast<uint32_t>(wt >> 32) + (old + wl < old ? 1u : 0u);
+    if (up) atomicAdd(&h_hi[b], up);
+    atomicAdd(&h_n[b], 1u);
+    if (joint || zt >= min_z) total += wt;
+  }
+  __threadfence();  // this thread's z before the slice's count (below)
+  nan_seen = __syncthreads_or(nan_seen);
+  for (int b = threadIdx.x; b < kSplitBuckets; b += kBlock)
+    if (h_n[b]) {
+      atomicAdd(&g_mass[b], static_cast<unsigned long long>(h_hi[b]) << 32 | h_lo[b]);
+      atomicAdd(&g_count[b], h_n[b]);
+    }
+  total = block_sum_u64(total, sh);
+  if (threadIdx.x == 0) {
+    atomicAdd(&job.split.total[f], total);
+    if (nan_seen) atomicOr(&job.split.nan[f], 1);
+    __threadfence();  // this slice's z and sums before its count
+    sh.split_last = atomicAdd(&job.split.done[f], 1) == S - 1;
+  }
+  __syncthreads();
+  if (!sh.split_last) return false;  // the row's last slice goes on alone
+  __threadfence();
+  const int32_t row_nan = __ldcg(&job.split.nan[f]);
+
+  // The cut: min-p's, and top-p's from the bucket where the cumulative mass reaches the target.
+  unsigned long long cut = (static_cast<unsigned long long>(detail::order_bits(-INFINITY)) + 1) << 32;
+  if (p.min_p > 0.0f) cut = max(cut, static_cast<unsigned long long>(detail::order_bits(min_z)) << 32);
+  bool fits = true;
+  if (p.top_p < 1.0f) {
+    const unsigned long long target = static_cast<unsigned long long>(
+        ceil(static_cast<double>(p.top_p) * static_cast<double>(__ldcg(&job.split.total[f]))));
+    // Thread i holds buckets kSplitBuckets - 1 - (i * kPer + q), highest first.
+    constexpr int kPer = kSplitBuckets / kBlock;
+    unsigned long long c[kPer], own = 0;
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) own += (c[q] = __ldcg(&g_mass[kSplitBuckets - 1 - (threadIdx.x * kPer + q)]));
+    unsigned long long incl;
+    __syncthreads();
+    BlockSelect<kBlock>::Scan(sh.select.scan).InclusiveSum(own, incl);
+    if (threadIdx.x == 0) sh.split_bucket = -1;
+    __syncthreads();
+    unsigned long long cum = incl - own;
+    if (target > 0 && cum < target && incl >= target) {
+#pragma unroll
+      for (int q = 0; q < kPer; ++q) {
+        if (cum < target && cum + c[q] >= target) {
+          sh.split_bucket = kSplitBuckets - 1 - (threadIdx.x * kPer + q);
+          sh.split_above = cum;
+        }
+        cum += c[q];
+      }
+    }
+    __syncthreads();
+    const int b_star = sh.split_bucket;  // -1: target 0, or rounding left it above the total
+    if (b_star >= 0) {
+      const int32_t n = static_cast<int32_t>(__ldcg(&g_count[b_star]));
+      fits = n <= kSplitGatherKeys;
+      if (fits) {
+        // The bucket's keys into shared memory (over the histogram, read no more), then the cut
+        // within them: the largest key whose mass at or above it, with the buckets above, reaches
+        // the target.
+        if (threadIdx.x == 0) sh.gather_count = 0;
+        __syncthreads();
+        for (int32_t t = threadIdx.x; t < V; t += kBlock) {
+          const unsigned long long k = score_key(__ldcg(z + t), t);
+          if (k != 0 && static_cast<int>(k >> 52) == b_star) gathered[atomicAdd(&sh.gather_count, 1)] = k;
+        }
+        __syncthreads();
+        const unsigned long long rest = target - sh.split_above;
+        cut = max(cut, BlockSelect<kBlock>::select_desc(
+                           n, rest, [&](int32_t i) { return gathered[i]; },
+                           [&](int32_t i) { return mass_of(detail::key_value(gathered[i])); }, sh.select));
+      }
+    }
+  }
+  // The row's scratch back to zero for the next call (every slice has added to it).
+  __syncthreads();
+  for (int b = threadIdx.x; b < kSplitBuckets; b += kBlock) {
+    g_mass[b] = 0;
+    g_count[b] = 0;
+  }
+  if (threadIdx.x == 0) {
+    job.split.total[f] = 0;
+    job.split.done[f] = 0;
+    job.split.nan[f] = 0;
+  }
+  if (!fits) return true;  // a plateau crowds the crossing bucket: the one-block path
+  const KeptDraw d = draw_kept(V, [&](int32_t t) { return __ldcg(z + t); }, cut, m, false, p.seed, tab.step[slot],
+                               detail::purpose(detail::Draw::kSampling, pro.position), sh);
+  if (threadIdx.x == 0) {
+    out.tokens[r] = d.token;
+    if (out.status) out.status[r] = row_nan ? kStatusNaN : 0;
+  }
+  return false;
+}
+
 // Grid-stride over the rows. When the fast kernel flagged no row (the common case), nothing reads the
 // request table any more, so every block commits its share at once; otherwise the flagged rows take
 // the exact path and the last block to finish commits every row.
@@ -555,8 +749,16 @@ __global__ void __launch_bounds__(kBlock) exact_sample_kernel(RowJob job) {
     timeline_mark(kMarkExit);
     return;
   }
-  for (int32_t r = blockIdx.x; r < job.rows; r += gridDim.x) {
-    exact_row(job, r, sh, gathered);
+  const int32_t flagged = job.exact_flags ? __ldcg(job.fast.flagged) : 0;
+  const int32_t S = flagged > 0 ? static_cast<int32_t>(gridDim.x) / flagged : 1;  // blocks a flagged row
+  // Split (S >= 2): block b takes slice b % S of the (b / S)-th flagged row, one item. Otherwise a
+  // grid-stride over the rows. One call site of exact_row, so that it is inlined once.
+  const bool split = S >= 2 && flagged <= job.split.rows;
+  const int32_t end = split ? flagged : job.rows, stride = split ? flagged : static_cast<int32_t>(gridDim.x);
+  for (int32_t i = split ? static_cast<int32_t>(blockIdx.x) / S : static_cast<int32_t>(blockIdx.x); i < end; i += stride) {
+    const int32_t r = split ? nth_flagged_row(job, i, sh) : i;
+    if (r >= 0 && (!split || split_row(job, r, i, static_cast<int32_t>(blockIdx.x) % S, S, sh, gathered)))
+      exact_row(job, r, sh, gathered);
     __syncthreads();  // the next row reuses the shared memory
   }
   if (threadIdx.x == 0) {
@@ -579,13 +781,25 @@ __global__ void __launch_bounds__(kBlock) exact_sample_kernel(RowJob job) {
 int read_exact_timeline(unsigned long long* out, int blocks) { return read_timeline_table(out, blocks); }
 #endif
 
+void prepare_exact_sample(int device) {
+  // The most dynamic shared memory the device gives a block beside the kernel's static share: a cap,
+  // not a reservation, so one setting serves every sampler on the device whatever its sizes.
+  int optin = 0;
+  SONIC_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  cudaFuncAttributes attr{};
+  SONIC_CUDA_CHECK(cudaFuncGetAttributes(&attr, exact_sample_kernel));
+  SONIC_CUDA_CHECK(cudaFuncSetAttribute(exact_sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        optin - static_cast<int>(attr.sharedSizeBytes)));
+}
+
 void launch_exact_sample(const RowJob& job, int32_t max_blocks, bool programmatic, cudaStream_t stream) {
   if (job.rows == 0) return;
-  const size_t smem = job.out.final_ids ? static_cast<size_t>(job.out.final_capacity) * 8 : 0;
-  if (smem > 48 * 1024)
-    SONIC_CUDA_CHECK(cudaFuncSetAttribute(exact_sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)));
-  const int32_t blocks = job.rows < max_blocks ? job.rows : max_blocks;
+  size_t smem = job.out.final_ids ? static_cast<size_t>(job.out.final_capacity) * 8 : 0;
+  if (job.split.rows > 0) smem = std::max(smem, std::max(kSplitSharedBytes, kSplitGatherKeys * sizeof(unsigned long long)));
+  // At least kSplitMinBlocks (those beyond the rows only commit when nothing is flagged), so that a
+  // small batch's flagged rows can be split.
+  const int32_t want = job.split.rows > 0 ? std::max(job.rows, kSplitMinBlocks) : job.rows;
+  const int32_t blocks = want < max_blocks ? want : max_blocks;
   // Programmatic dependent launch: the launch overlaps the last stage-2 blocks of the kernel before.
   launch_dependent(exact_sample_kernel, dim3(blocks), dim3(kBlock), smem, programmatic, stream, job);
 }

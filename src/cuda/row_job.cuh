@@ -118,6 +118,20 @@ struct VerifyJob {
   int64_t top_stride;
 };
 
+// The exact sampler's scratch for the rows it splits across blocks (exact_sample.cu, split_row): for
+// split row f < rows, a histogram of the kept-set candidates' fixed-point masses and counts by the
+// keys' top 12 bits, the mass top-p measures against, the slices done and a NaN flag. Zero between
+// calls: each row's last slice resets its part.
+constexpr int32_t kSplitBuckets = 4096;
+struct SplitScratch {
+  unsigned long long* mass;   // [rows, kSplitBuckets]
+  uint32_t* count;            // [rows, kSplitBuckets]
+  unsigned long long* total;  // [rows]
+  int32_t* done;              // [rows]
+  int32_t* nan;               // [rows]
+  int32_t rows;               // rows split at once (0: none)
+};
+
 struct RowJob {
   const void* logits;
   DType dtype;
@@ -132,6 +146,7 @@ struct RowJob {
   float* z;              // workspace [rows, vocab_size]
   const int32_t* exact_flags;  // exact path: rows with a nonzero flag only (null: every row)
   FastScratch fast;
+  SplitScratch split;    // the exact sampler's, for rows it splits across blocks
   RowOutputs out;
   TopKJob top_k;    // k = 0: sampling or verification
   VerifyJob verify;  // num_requests = 0: sampling
@@ -165,5 +180,8 @@ void launch_exact_top_k(const RowJob& job, cudaStream_t stream);
 // With programmatic (devices of compute capability 9.0 and later), it is launched as a programmatic
 // dependent of the kernel launched just before it on the stream (the fast kernel or row_stage2_kernel).
 void launch_exact_sample(const RowJob& job, int32_t max_blocks, bool programmatic, cudaStream_t stream);
+// Once per device before launching: the exact sampler's shared-memory limit (final distributions of
+// any capacity the device holds, split rows' histograms).
+void prepare_exact_sample(int device);
 
 }  // namespace sonic::cuda
