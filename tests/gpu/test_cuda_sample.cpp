@@ -337,7 +337,6 @@ TEST(CudaExactPath, WideNucleusMatchesReference) {
     for (sonic::RequestParams& p : b.params) {
       p.temperature = 0.7f + 0.8f * u(rng);
       p.top_k = 0;
-      p.min_p = 0.0f;
       p.top_p = u(rng) < 0.8f ? 0.8f + 0.19f * u(rng) : 1.0f;
       p.top_p_joint = u(rng) < 0.3f;
       p.min_p = p.top_p == 1.0f || u(rng) < 0.3f ? 0.001f + 0.02f * u(rng) : 0.0f;  // min-p alone, or with top-p
