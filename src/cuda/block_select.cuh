@@ -12,6 +12,16 @@
 
 namespace sonic::cuda {
 
+// Adds w to a 64-bit counter kept as two 32-bit words in shared memory (lo[i], hi[i]) with native
+// atomics: sm_90 has no native 64-bit shared-memory atomicAdd (it compiles to a compare-and-swap
+// loop). The low word, then its carry (one wrap of the low word is exactly one carry, whatever the
+// order of the adds) and the high word, when nonzero.
+__device__ __forceinline__ void add_split_u64(uint32_t* lo, uint32_t* hi, int i, unsigned long long w) {
+  const uint32_t w_lo = static_cast<uint32_t>(w), old = atomicAdd(&lo[i], w_lo);
+  const uint32_t up = static_cast<uint32_t>(w >> 32) + (old + w_lo < old ? 1u : 0u);
+  if (up) atomicAdd(&hi[i], up);
+}
+
 template <int BLOCK>
 struct BlockSelect {
   static_assert(BLOCK >= 256, "one thread per histogram bin");
@@ -21,22 +31,16 @@ struct BlockSelect {
 
   struct Storage {
     typename Scan::TempStorage scan;
-    // Each bin's 64-bit weight as two 32-bit words: sm_90 has no native 64-bit shared-memory
-    // atomicAdd (it compiles to a compare-and-swap loop, whose two regions held 53 % of the exact
-    // kernel's stall samples on a top-p-only flat row, ncu).
+    // Each bin's 64-bit weight as two 32-bit words (add_split_u64): the compare-and-swap loop of a
+    // 64-bit atomicAdd held 53 % of the exact kernel's stall samples on a top-p-only flat row (ncu).
     uint32_t hist_lo[kBins];
     uint32_t hist_hi[kBins];
     unsigned long long prefix;
     unsigned long long remaining;
   };
 
-  // Adds w to a bin with native 32-bit atomics: the low word, then its carry (one wrap of the low
-  // word is exactly one carry, whatever the order of the adds) and the high word, when nonzero.
   static __device__ __forceinline__ void add_weight(Storage& s, int bin, unsigned long long w) {
-    const uint32_t lo = static_cast<uint32_t>(w), hi = static_cast<uint32_t>(w >> 32);
-    const uint32_t old = atomicAdd(&s.hist_lo[bin], lo);
-    const uint32_t up = hi + (old + lo < old ? 1u : 0u);
-    if (up) atomicAdd(&s.hist_hi[bin], up);
+    add_split_u64(s.hist_lo, s.hist_hi, bin, w);
   }
 
   // Over t in [0, n): key_of(t) (0 excludes t; nonzero keys are distinct) weighted by weight_of(t).

@@ -207,6 +207,20 @@ __device__ void write_logprobs(const RowJob& job, int32_t r, int32_t token, int3
   __syncthreads();
 }
 
+// Steps 1-5 for token t of a row: z_t, also stored in the row's workspace z (NaN read as -inf and
+// noted in *nan_seen).
+__device__ __forceinline__ float store_z(const RowJob& job, const void* row, const RowPrologue& pro, int32_t t, float* z,
+                                         int* nan_seen) {
+  float x = detail::load_logit(row, job.dtype, t);
+  if (detail::is_nan(x)) {
+    *nan_seen = 1;
+    x = -INFINITY;
+  }
+  const float zt = pro.apply(job.table, t, x);
+  z[t] = zt;
+  return zt;
+}
+
 // The Gumbel-max draw over a row's kept set {t : key of z_t >= cut} (z_of(t) reads z_t), ties to
 // the lower id; among +inf scores (m = +inf) the noise alone. Two passes: the fp32 noise (within
 // kFastNoiseSlack of the double one) finds the best screened score; only tokens within twice the
@@ -289,16 +303,7 @@ __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& 
   // Pass 1, steps 1-5: z (greedy rows keep x, i.e. T = 1), its maximum key, NaN.
   unsigned long long best = 0;
   int nan_seen = 0;
-  for (int32_t t = threadIdx.x; t < V; t += kBlock) {
-    float x = detail::load_logit(row, job.dtype, t);
-    if (detail::is_nan(x)) {
-      nan_seen = 1;
-      x = -INFINITY;
-    }
-    const float zt = pro.apply(tab, t, x);
-    z[t] = zt;
-    best = max(best, score_key(zt, t));
-  }
+  for (int32_t t = threadIdx.x; t < V; t += kBlock) best = max(best, score_key(store_z(job, row, pro, t, z, &nan_seen), t));
   int32_t status = __syncthreads_or(nan_seen) ? kStatusNaN : 0;
   best = block_max_u64(best, sh);
   const float m = best ? key_value(best) : -INFINITY;
@@ -626,19 +631,11 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   unsigned long long total = 0;  // the mass top-p measures: every valid token's (joint) or min-p's survivors'
   int nan_seen = 0;
   for (int32_t t = lo + threadIdx.x; t < hi; t += kBlock) {
-    float x = detail::load_logit(row, job.dtype, t);
-    if (detail::is_nan(x)) {
-      nan_seen = 1;
-      x = -INFINITY;
-    }
-    const float zt = pro.apply(tab, t, x);
-    z[t] = zt;
+    const float zt = store_z(job, row, pro, t, z, &nan_seen);
     if (!(zt > -INFINITY)) continue;
     const unsigned long long wt = mass_of(zt);
     const int b = static_cast<int>(score_key(zt, t) >> 52);
-    const uint32_t wl = static_cast<uint32_t>(wt), old = atomicAdd(&h_lo[b], wl);
-    const uint32_t up = static_cast<uint32_t>(wt >> 32) + (old + wl < old ? 1u : 0u);
-    if (up) atomicAdd(&h_hi[b], up);
+    add_split_u64(h_lo, h_hi, b, wt);
     atomicAdd(&h_n[b], 1u);
     if (joint || zt >= min_z) total += wt;
   }
