@@ -56,14 +56,16 @@ class CudaBackend final : public SamplerBackend {
     int sms = 0;
     SONIC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, config.device));
     sms_ = sms;
-    // The exact sampler splits a flagged row across blocks when it has at least two a row: at most
-    // one split row for every two of its 2 * sms blocks.
+    // The exact sampler splits the flagged rows of a call that flags at most one row per SM across
+    // its blocks (at least sms of them).
     cuda::prepare_exact_sample(config.device);
     split_rows_ = sms;
     SONIC_CUDA_CHECK(cudaMalloc(&split_mass_, split_rows_ * cuda::kSplitBuckets * sizeof(unsigned long long)));
     SONIC_CUDA_CHECK(cudaMemset(split_mass_, 0, split_rows_ * cuda::kSplitBuckets * sizeof(unsigned long long)));
     SONIC_CUDA_CHECK(cudaMalloc(&split_count_, split_rows_ * cuda::kSplitBuckets * sizeof(uint32_t)));
     SONIC_CUDA_CHECK(cudaMemset(split_count_, 0, split_rows_ * cuda::kSplitBuckets * sizeof(uint32_t)));
+    SONIC_CUDA_CHECK(cudaMalloc(&split_best_, split_rows_ * cuda::kSplitBuckets * sizeof(uint32_t)));
+    SONIC_CUDA_CHECK(cudaMemset(split_best_, 0, split_rows_ * cuda::kSplitBuckets * sizeof(uint32_t)));
     SONIC_CUDA_CHECK(cudaMalloc(&split_total_, split_rows_ * sizeof(unsigned long long)));
     SONIC_CUDA_CHECK(cudaMemset(split_total_, 0, split_rows_ * sizeof(unsigned long long)));
     SONIC_CUDA_CHECK(cudaMalloc(&split_flags_, 2 * split_rows_ * sizeof(int32_t)));  // done, then nan
@@ -87,6 +89,7 @@ class CudaBackend final : public SamplerBackend {
     cudaFree(exact_flags_);
     cudaFree(split_mass_);
     cudaFree(split_count_);
+    cudaFree(split_best_);
     cudaFree(split_total_);
     cudaFree(split_flags_);
     cudaFree(verdicts_);
@@ -229,7 +232,7 @@ class CudaBackend final : public SamplerBackend {
     cuda::launch_fast_sample(job, stream);
     if (job.fast.separate_stage2) cuda::launch_row_stage2(job, programmatic_launch_, stream);
     job.exact_flags = exact_flags_;
-    job.split = cuda::SplitScratch{split_mass_, split_count_, split_total_, split_flags_, split_flags_ + split_rows_,
+    job.split = cuda::SplitScratch{split_mass_, split_count_, split_best_, split_total_, split_flags_, split_flags_ + split_rows_,
                                    split_rows_};
     cuda::launch_exact_sample(job, 2 * sms_, programmatic_launch_, stream);
   }
@@ -295,6 +298,7 @@ class CudaBackend final : public SamplerBackend {
   int32_t split_rows_ = 0;  // the exact sampler's split rows (SplitScratch)
   unsigned long long* split_mass_ = nullptr;
   uint32_t* split_count_ = nullptr;
+  uint32_t* split_best_ = nullptr;
   unsigned long long* split_total_ = nullptr;
   int32_t* split_flags_ = nullptr;
   cuda::RowVerdict* verdicts_ = nullptr;  // verification: [max_rows]

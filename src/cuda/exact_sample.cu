@@ -11,6 +11,7 @@
 #include "common/random.hpp"
 #include "common/token_rules.hpp"
 #include "cuda/arg_max.cuh"
+#include "cuda/block_pass.cuh"
 #include "cuda/block_select.cuh"
 #include "cuda/cuda_check.hpp"
 #include "cuda/dependent_launch.cuh"
@@ -79,6 +80,7 @@ struct Shared {
   int split_row;       // split rows: the row a block's work item names
   int split_last;      // split rows: this block is the row's last slice
   int split_bucket;    // split rows: the bucket of the top-p crossing
+  int split_back;      // split rows: keys gathered from the back (the buckets above the cut's)
   unsigned long long split_above;  // split rows: the mass of the buckets above it
 };
 
@@ -221,8 +223,8 @@ __device__ __forceinline__ float store_z(const RowJob& job, const void* row, con
   return zt;
 }
 
-// The Gumbel-max draw over a row's kept set {t : key of z_t >= cut} (z_of(t) reads z_t), ties to
-// the lower id; among +inf scores (m = +inf) the noise alone. Two passes: the fp32 noise (within
+// The Gumbel-max draw over a row's kept set {key >= cut} among keys key_of(i), i in [0, n) (0: none;
+// the whole row, or the keys a split row gathered), ties to the lower id; among +inf scores (m = +inf) the noise alone. Two passes: the fp32 noise (within
 // kFastNoiseSlack of the double one) finds the best screened score; only tokens within twice the
 // slack of it can win or tie, and only they get the double-precision noise (on a flat row's nucleus
 // of ~90K tokens, a handful), so the token is the one the double noise alone gives. Also the kept
@@ -234,8 +236,8 @@ struct KeptDraw {
   double sum;
 };
 
-template <class ZFn>
-__device__ KeptDraw draw_kept(int32_t V, ZFn z_of, unsigned long long cut, float m, bool want_sum, uint64_t seed,
+template <class KeyFn>
+__device__ KeptDraw draw_kept(int32_t n, KeyFn key_of, unsigned long long cut, float m, bool want_sum, uint64_t seed,
                               uint64_t step, uint32_t purpose, Shared& sh) {
   auto uniform_of = [&](int32_t t) {
     return detail::uniform_from_word(detail::random_word(seed, step, purpose, static_cast<uint32_t>(t)));
@@ -244,10 +246,11 @@ __device__ KeptDraw draw_kept(int32_t V, ZFn z_of, unsigned long long cut, float
   ArgMax screened{0.0, -1};
   double sum = 0.0;
   int n_inf = 0, n_kept = 0;
-  for (int32_t t = threadIdx.x; t < V; t += kBlock) {
-    const float s = z_of(t);
-    const unsigned long long k = score_key(s, t);
+  for (int32_t i = threadIdx.x; i < n; i += kBlock) {
+    const unsigned long long k = key_of(i);
     if (k == 0 || k < cut) continue;
+    const float s = key_value(k);
+    const int32_t t = key_token(k);
     ++n_kept;
     if (m == INFINITY && s != INFINITY) continue;
     n_inf += s == INFINITY;
@@ -256,10 +259,11 @@ __device__ KeptDraw draw_kept(int32_t V, ZFn z_of, unsigned long long cut, float
   }
   const double reach = block_argmax(screened, sh).score - 2.0 * kFastNoiseSlack;
   ArgMax local{0.0, -1};
-  for (int32_t t = threadIdx.x; t < V; t += kBlock) {
-    const float s = z_of(t);
-    const unsigned long long k = score_key(s, t);
+  for (int32_t i = threadIdx.x; i < n; i += kBlock) {
+    const unsigned long long k = key_of(i);
     if (k == 0 || k < cut) continue;
+    const float s = key_value(k);
+    const int32_t t = key_token(k);
     if (m == INFINITY && s != INFINITY) continue;
     const float v = uniform_of(t);
     if (base_of(s) + static_cast<double>(detail::gumbel_from_uniform_fast(v)) < reach) continue;
@@ -360,7 +364,7 @@ __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& 
         if (target > 0) cut = max(cut, BlockSelect<kBlock>::select_desc(V, target, z_key, mass, sh.select));
       }
     }
-    const KeptDraw d = draw_kept(V, [&](int32_t t) { return z[t]; }, cut, m, verifying || job.out.final_ids,
+    const KeptDraw d = draw_kept(V, z_key, cut, m, verifying || job.out.final_ids,
                                  p.seed, step, detail::purpose(detail::Draw::kSampling, pro.position), sh);
     token = d.token;
     kept_sum = d.sum;
@@ -550,17 +554,23 @@ __device__ void commit_requests(const RowJob& job, int32_t first_request, int32_
 }
 
 // Split rows. A flagged row costs one block ~10 passes over the row, FP64-bound (a top-p-only flat
-// row: 1.3 ms at V = 151936). When the call flagged few rows, S >= 2 blocks take each: every block
-// computes z and the fixed-point masses of a slice of the row (the double-precision exp, the bulk
-// of the work) into the row's SplitScratch histogram by the keys' top 12 bits, and the row's last
-// slice alone finds the bucket where the top-p target falls, gathers that bucket's keys (a few
-// thousand on a flat row) to select the cut in shared memory, and draws (draw_kept, fp32-screened).
+// row: 1.3 ms at V = 151936), and a pass that one block makes alone waits a memory latency per
+// load. When the call flagged at most one row per SM, S >= 1 blocks take each (S = blocks / rows):
+// every block computes, for a slice of the row, z, the fixed-point masses (the double-precision exp,
+// the bulk of the work) and each token's screened Gumbel score (the fp32 noise: the Philox words),
+// into the row's SplitScratch by the keys' top 12 bits: mass, count and an upper bound of the
+// largest screened score. The row's last slice alone then finds the bucket of the cut (where the
+// top-p target falls, or min-p's), and in one pass over z gathers that bucket's keys and those of
+// the buckets above whose best screened score can come within 2 * kFastNoiseSlack of the kept
+// set's best (usually one bucket): the kept set's winner is among them (see split_row). It selects
+// the cut in shared memory and draws over the gathered keys alone (draw_kept).
 // Rows this does not cover (verification, any logprob, rank, top-N or final-distribution output,
-// greedy, top-k, untruncated, no valid token, a +inf maximum) or whose crossing bucket holds more
-// than kSplitGatherKeys keys take exact_row in their first slice's block.
-constexpr int32_t kSplitMinBlocks = 32;     // the exact kernel's blocks at least (small batches)
-constexpr int32_t kSplitGatherKeys = 6144;  // keys of the crossing bucket held in shared memory
-constexpr size_t kSplitSharedBytes = 3 * kSplitBuckets * sizeof(uint32_t);  // a slice's histogram
+// greedy, top-k, untruncated, no valid token, a +inf maximum) take exact_row in their first slice's
+// block; rows whose gathered keys would pass kSplitGatherKeys, in their last slice's.
+constexpr int32_t kSplitGatherKeys = 6144;  // keys the last slice gathers into shared memory
+constexpr size_t kSplitSharedBytes = 4 * kSplitBuckets * sizeof(uint32_t);  // a slice's histogram
+// The last slice's: the gathered keys, then a byte a bucket (whether its keys are gathered).
+constexpr size_t kSplitGatherBytes = kSplitGatherKeys * sizeof(unsigned long long) + kSplitBuckets;
 
 // The f-th row (0-based) whose exact flag is set, for the whole block.
 __device__ int32_t nth_flagged_row(const RowJob& job, int32_t f, Shared& sh) {
@@ -581,8 +591,16 @@ __device__ int32_t nth_flagged_row(const RowJob& job, int32_t f, Shared& sh) {
 
 // Slice s of S of flagged row r (split row f); see above. True when this block is to take the row
 // by exact_row instead (its first slice for a row this does not cover, its last for a crowded one).
+//
+// Why the gathered keys hold the winner: let F be the best screened score f_t = z_t + G_fast(u_t)
+// over the kept set. The exact score of any token is within kFastNoiseSlack of f_t, so a token with
+// f_t < F - 2 * kFastNoiseSlack can neither win nor tie (the token at F scores above it). Every
+// bucket above the cut's is kept whole; its bound hi_b >= max f_t there, and lb = the next float
+// below the largest hi_b is <= F. A bucket with hi_b < lb - 2 * slack holds only such tokens, so
+// gathering the cut's bucket and the others leaves out no token that can win, and F itself is
+// among them: draw_kept over them draws the kept set's token.
 __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t f, int32_t s, int32_t S, Shared& sh,
-                          unsigned long long* gathered) {
+                                          unsigned long long* gathered) {
   const SlotTableView& tab = job.table;
   const int32_t V = tab.vocab_size;
   const RowOutputs& out = job.out;
@@ -610,21 +628,28 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   const double md = m;
   const bool joint = p.flags & kSlotTopPJoint;
   const float min_z = p.min_p > 0.0f ? __double2float_ru(md + log(static_cast<double>(p.min_p))) : -INFINITY;
+  // min-p's cut (every valid token without min-p): tokens below it are never kept.
+  unsigned long long cut = (static_cast<unsigned long long>(detail::order_bits(-INFINITY)) + 1) << 32;
+  if (p.min_p > 0.0f) cut = max(cut, static_cast<unsigned long long>(detail::order_bits(min_z)) << 32);
   auto mass_of = [&](float zt) {  // zt > -inf: exact_row's fixed-point mass
     return static_cast<unsigned long long>(llrint(exp(static_cast<double>(zt) - md) * kMassScale));
   };
+  const uint64_t seed = p.seed, step = tab.step[slot];
+  const uint32_t purpose = detail::purpose(detail::Draw::kSampling, pro.position);
   const size_t elem = job.dtype == DType::kF32 ? 4 : 2;
   const void* row = static_cast<const char*>(job.logits) + r * job.row_stride * elem;
   float* z = job.z + static_cast<int64_t>(r) * V;
   unsigned long long* g_mass = job.split.mass + static_cast<int64_t>(f) * kSplitBuckets;
   uint32_t* g_count = job.split.count + static_cast<int64_t>(f) * kSplitBuckets;
+  uint32_t* g_best = job.split.best + static_cast<int64_t>(f) * kSplitBuckets;
 
-  // This slice: z, and the masses and counts by bucket (shared histogram, 64-bit masses as two
-  // 32-bit words), then added to the row's.
+  // This slice: z, and by bucket the masses (64-bit, as two 32-bit words), the counts and the
+  // largest screened score rounded up (order bits; 0: none), then added to the row's.
   uint32_t* h_lo = reinterpret_cast<uint32_t*>(gathered);
   uint32_t* h_hi = h_lo + kSplitBuckets;
   uint32_t* h_n = h_hi + kSplitBuckets;
-  for (int i = threadIdx.x; i < 3 * kSplitBuckets; i += kBlock) h_lo[i] = 0;
+  uint32_t* h_best = h_n + kSplitBuckets;
+  for (int i = threadIdx.x; i < 4 * kSplitBuckets; i += kBlock) h_lo[i] = 0;
   __syncthreads();
   const int32_t per = (V + S - 1) / S;
   const int32_t lo = s * per, hi = min(V, lo + per);
@@ -637,7 +662,13 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
     const int b = static_cast<int>(score_key(zt, t) >> 52);
     add_split_u64(h_lo, h_hi, b, wt);
     atomicAdd(&h_n[b], 1u);
-    if (joint || zt >= min_z) total += wt;
+    const bool survives = zt >= min_z;
+    if (joint || survives) total += wt;
+    if (survives) {  // (only the buckets above the cut's read the bound: all their tokens survive)
+      const float g = detail::gumbel_from_uniform_fast(
+          detail::uniform_from_word(detail::random_word(seed, step, purpose, static_cast<uint32_t>(t))));
+      atomicMax(&h_best[b], detail::order_bits(__fadd_ru(zt, g)));  // >= the double sum draw_kept forms
+    }
   }
   __threadfence();  // this thread's z before the slice's count (below)
   nan_seen = __syncthreads_or(nan_seen);
@@ -645,6 +676,7 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
     if (h_n[b]) {
       atomicAdd(&g_mass[b], static_cast<unsigned long long>(h_hi[b]) << 32 | h_lo[b]);
       atomicAdd(&g_count[b], h_n[b]);
+      if (h_best[b]) atomicMax(&g_best[b], h_best[b]);
     }
   total = block_sum_u64(total, sh);
   if (threadIdx.x == 0) {
@@ -658,12 +690,11 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   __threadfence();
   const int32_t row_nan = __ldcg(&job.split.nan[f]);
 
-  // The cut: min-p's, and top-p's from the bucket where the cumulative mass reaches the target.
-  unsigned long long cut = (static_cast<unsigned long long>(detail::order_bits(-INFINITY)) + 1) << 32;
-  if (p.min_p > 0.0f) cut = max(cut, static_cast<unsigned long long>(detail::order_bits(min_z)) << 32);
-  bool fits = true;
+  // The bucket where the cumulative mass reaches top-p's target (-1: none).
+  unsigned long long target = 0;
+  if (threadIdx.x == 0) sh.split_bucket = -1;
   if (p.top_p < 1.0f) {
-    const unsigned long long target = static_cast<unsigned long long>(
+    target = static_cast<unsigned long long>(
         ceil(static_cast<double>(p.top_p) * static_cast<double>(__ldcg(&job.split.total[f]))));
     // Thread i holds buckets kSplitBuckets - 1 - (i * kPer + q), highest first.
     constexpr int kPer = kSplitBuckets / kBlock;
@@ -673,8 +704,6 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
     unsigned long long incl;
     __syncthreads();
     BlockSelect<kBlock>::Scan(sh.select.scan).InclusiveSum(own, incl);
-    if (threadIdx.x == 0) sh.split_bucket = -1;
-    __syncthreads();
     unsigned long long cum = incl - own;
     if (target > 0 && cum < target && incl >= target) {
 #pragma unroll
@@ -686,43 +715,66 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
         cum += c[q];
       }
     }
-    __syncthreads();
-    const int b_star = sh.split_bucket;  // -1: target 0, or rounding left it above the total
-    if (b_star >= 0) {
-      const int32_t n = static_cast<int32_t>(__ldcg(&g_count[b_star]));
-      fits = n <= kSplitGatherKeys;
-      if (fits) {
-        // The bucket's keys into shared memory (over the histogram, read no more), then the cut
-        // within them: the largest key whose mass at or above it, with the buckets above, reaches
-        // the target.
-        if (threadIdx.x == 0) sh.gather_count = 0;
-        __syncthreads();
-        for (int32_t t = threadIdx.x; t < V; t += kBlock) {
-          const unsigned long long k = score_key(__ldcg(z + t), t);
-          if (k != 0 && static_cast<int>(k >> 52) == b_star) gathered[atomicAdd(&sh.gather_count, 1)] = k;
-        }
-        __syncthreads();
-        const unsigned long long rest = target - sh.split_above;
-        cut = max(cut, BlockSelect<kBlock>::select_desc(
-                           n, rest, [&](int32_t i) { return gathered[i]; },
-                           [&](int32_t i) { return mass_of(detail::key_value(gathered[i])); }, sh.select));
-      }
-    }
   }
+  __syncthreads();
+  const int b_p = sh.split_bucket;  // -1: no top-p, target 0, or rounding left it above the total
+  const int b_c = max(static_cast<int>(cut >> 52), b_p);  // the cut's bucket; those above are kept whole
+
+  // The buckets above b_c to gather: hi_b >= lb - 2 * slack (lb: the next float below the largest).
+  uint32_t lb = 0;
+  for (int b = b_c + 1 + threadIdx.x; b < kSplitBuckets; b += kBlock) {
+    const uint32_t hb = __ldcg(&g_best[b]);
+    if (hb) lb = max(lb, detail::order_bits(nextafterf(detail::order_bits_to_float(hb), -INFINITY)));
+  }
+  lb = static_cast<uint32_t>(block_max_u64(lb, sh));
+  const double reach = lb ? static_cast<double>(detail::order_bits_to_float(lb)) - 2.0 * kFastNoiseSlack
+                          : static_cast<double>(INFINITY);
+  uint8_t* take = reinterpret_cast<uint8_t*>(gathered + kSplitGatherKeys);  // over the histogram, flushed
+  int32_t n_above = 0;
+  for (int b = threadIdx.x; b < kSplitBuckets; b += kBlock) {
+    const uint32_t hb = b > b_c ? __ldcg(&g_best[b]) : 0u;
+    take[b] = hb && static_cast<double>(detail::order_bits_to_float(hb)) >= reach;
+    if (take[b]) n_above += static_cast<int32_t>(__ldcg(&g_count[b]));
+  }
+  n_above = block_sum_i32(n_above, sh);
+  const int32_t n_cut = static_cast<int32_t>(__ldcg(&g_count[b_c]));
+  const unsigned long long rest = b_p == b_c ? target - sh.split_above : 0;  // top-p's mass left in b_c
+  const bool fits = n_cut + n_above <= kSplitGatherKeys;
   // The row's scratch back to zero for the next call (every slice has added to it).
   __syncthreads();
   for (int b = threadIdx.x; b < kSplitBuckets; b += kBlock) {
     g_mass[b] = 0;
     g_count[b] = 0;
+    g_best[b] = 0;
   }
   if (threadIdx.x == 0) {
     job.split.total[f] = 0;
     job.split.done[f] = 0;
     job.split.nan[f] = 0;
   }
-  if (!fits) return true;  // a plateau crowds the crossing bucket: the one-block path
-  const KeptDraw d = draw_kept(V, [&](int32_t t) { return __ldcg(z + t); }, cut, m, false, p.seed, tab.step[slot],
-                               detail::purpose(detail::Draw::kSampling, pro.position), sh);
+  if (!fits) return true;  // a plateau crowds the gathered buckets: the one-block path
+
+  // One pass over z: b_c's keys from the front of `gathered`, the taken buckets' from the back.
+  if (threadIdx.x == 0) sh.gather_count = sh.split_back = 0;
+  __syncthreads();
+  block_pass<kBlock, 8>(V, -INFINITY, [&](int32_t t) { return __ldcg(z + t); }, [&](int32_t t, float zt) {
+    if (!(zt > -INFINITY)) return;
+    const unsigned long long k = pack_key(zt, t);
+    const int b = static_cast<int>(k >> 52);
+    if (b == b_c) gathered[atomicAdd(&sh.gather_count, 1)] = k;
+    else if (b > b_c && take[b]) gathered[kSplitGatherKeys - 1 - atomicAdd(&sh.split_back, 1)] = k;
+  });
+  __syncthreads();
+  const int32_t n_front = sh.gather_count, n_back = sh.split_back;
+  // Top-p's cut within b_c: the largest key whose mass at or above it, with the buckets above,
+  // reaches the target.
+  if (rest > 0)
+    cut = max(cut, BlockSelect<kBlock>::select_desc(
+                       n_front, rest, [&](int32_t i) { return gathered[i]; },
+                       [&](int32_t i) { return mass_of(detail::key_value(gathered[i])); }, sh.select));
+  const KeptDraw d = draw_kept(kSplitGatherKeys, [&](int32_t i) {
+    return i < n_front || i >= kSplitGatherKeys - n_back ? gathered[i] : 0ull;
+  }, cut, m, false, seed, step, purpose, sh);
   if (threadIdx.x == 0) {
     out.tokens[r] = d.token;
     if (out.status) out.status[r] = row_nan ? kStatusNaN : 0;
@@ -748,9 +800,10 @@ __global__ void __launch_bounds__(kBlock) exact_sample_kernel(RowJob job) {
   }
   const int32_t flagged = job.exact_flags ? __ldcg(job.fast.flagged) : 0;
   const int32_t S = flagged > 0 ? static_cast<int32_t>(gridDim.x) / flagged : 1;  // blocks a flagged row
-  // Split (S >= 2): block b takes slice b % S of the (b / S)-th flagged row, one item. Otherwise a
-  // grid-stride over the rows. One call site of exact_row, so that it is inlined once.
-  const bool split = S >= 2 && flagged <= job.split.rows;
+  // Split (at most split.rows flagged, so S >= 1): block b takes slice b % S of the (b / S)-th flagged
+  // row, one item. Otherwise a grid-stride over the rows. One call site of exact_row, so that it is
+  // inlined once.
+  const bool split = S >= 1 && flagged <= job.split.rows;
   const int32_t end = split ? flagged : job.rows, stride = split ? flagged : static_cast<int32_t>(gridDim.x);
   for (int32_t i = split ? static_cast<int32_t>(blockIdx.x) / S : static_cast<int32_t>(blockIdx.x); i < end; i += stride) {
     const int32_t r = split ? nth_flagged_row(job, i, sh) : i;
@@ -792,10 +845,10 @@ void prepare_exact_sample(int device) {
 void launch_exact_sample(const RowJob& job, int32_t max_blocks, bool programmatic, cudaStream_t stream) {
   if (job.rows == 0) return;
   size_t smem = job.out.final_ids ? static_cast<size_t>(job.out.final_capacity) * 8 : 0;
-  if (job.split.rows > 0) smem = std::max(smem, std::max(kSplitSharedBytes, kSplitGatherKeys * sizeof(unsigned long long)));
-  // At least kSplitMinBlocks (those beyond the rows only commit when nothing is flagged), so that a
-  // small batch's flagged rows can be split.
-  const int32_t want = job.split.rows > 0 ? std::max(job.rows, kSplitMinBlocks) : job.rows;
+  if (job.split.rows > 0) smem = std::max(smem, std::max(kSplitSharedBytes, kSplitGatherBytes));
+  // At least split.rows blocks (those beyond the rows only commit when nothing is flagged), so that
+  // a small batch's flagged rows are split across them.
+  const int32_t want = std::max(job.rows, job.split.rows);
   const int32_t blocks = want < max_blocks ? want : max_blocks;
   // Programmatic dependent launch: the launch overlaps the last stage-2 blocks of the kernel before.
   launch_dependent(exact_sample_kernel, dim3(blocks), dim3(kBlock), smem, programmatic, stream, job);

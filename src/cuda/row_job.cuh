@@ -119,13 +119,15 @@ struct VerifyJob {
 };
 
 // The exact sampler's scratch for the rows it splits across blocks (exact_sample.cu, split_row): for
-// split row f < rows, a histogram of the kept-set candidates' fixed-point masses and counts by the
-// keys' top 12 bits, the mass top-p measures against, the slices done and a NaN flag. Zero between
+// split row f < rows, a histogram by the keys' top 12 bits of the valid tokens' fixed-point masses,
+// counts and best screened Gumbel score, the mass top-p measures against, the slices done and a NaN
+// flag. Zero between
 // calls: each row's last slice resets its part.
 constexpr int32_t kSplitBuckets = 4096;
 struct SplitScratch {
   unsigned long long* mass;   // [rows, kSplitBuckets]
   uint32_t* count;            // [rows, kSplitBuckets]
+  uint32_t* best;             // [rows, kSplitBuckets] order bits of the largest screened score, rounded up
   unsigned long long* total;  // [rows]
   int32_t* done;              // [rows]
   int32_t* nan;               // [rows]
