@@ -326,28 +326,36 @@ TEST_P(CudaAgreement, MatchesReferenceTokenForToken) {
 
 // Top-p or a small min-p on flat, plateau or masked rows keeps most of the vocabulary: the fast path
 // cannot settle those rows and the exact kernel takes them, split across blocks when the call asks
-// for tokens only (its last two steps) and by one block otherwise; plateau rows crowd the split's
-// crossing bucket and fall back to one block. Tokens, logprobs, ranks and final distributions must
-// still be the reference's, call after call (the split rows' scratch is reset by each call).
-TEST(CudaExactPath, WideNucleusMatchesReference) {
-  for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16}) {
-    std::mt19937_64 rng(4242 + static_cast<int>(dtype));
-    Batch b = random_batch(rng, 151936, 12, dtype, kTopN, /*with_bitmask=*/false);
-    std::uniform_real_distribution<float> u(0.0f, 1.0f);
-    for (sonic::RequestParams& p : b.params) {
-      p.temperature = 0.7f + 0.8f * u(rng);
-      p.top_k = 0;
-      p.top_p = u(rng) < 0.8f ? 0.8f + 0.19f * u(rng) : 1.0f;
-      p.top_p_joint = u(rng) < 0.3f;
-      p.min_p = p.top_p == 1.0f || u(rng) < 0.3f ? 0.001f + 0.02f * u(rng) : 0.0f;  // min-p alone, or with top-p
+// for tokens only (the last third of the steps) and by one block otherwise; plateau rows crowd the
+// split's gathered buckets and fall back to one block. Tokens, logprobs, ranks and final
+// distributions must still be the reference's, call after call (the split rows' scratch is reset
+// by each call). 12 rows take ~11 slices each on an H200 (132 SMs); 100 rows one slice each.
+void wide_nucleus_agrees(int32_t V, std::initializer_list<std::pair<int32_t, int>> batches) {
+  for (const auto& [rows, steps] : batches)
+    for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16}) {
+      std::mt19937_64 rng(4242 + V + rows + static_cast<int>(dtype));
+      Batch b = random_batch(rng, V, rows, dtype, kTopN, /*with_bitmask=*/false);
+      std::uniform_real_distribution<float> u(0.0f, 1.0f);
+      for (sonic::RequestParams& p : b.params) {
+        p.temperature = 0.7f + 0.8f * u(rng);
+        p.top_k = 0;
+        p.top_p = u(rng) < 0.8f ? 0.8f + 0.19f * u(rng) : 1.0f;
+        p.top_p_joint = u(rng) < 0.3f;
+        p.min_p = p.top_p == 1.0f || u(rng) < 0.3f ? 0.001f + 0.02f * u(rng) : 0.0f;  // min-p alone, or with top-p
+      }
+      const AgreementCount n = agreement_on(b, steps);
+      std::printf("wide nucleus V=%d, %d rows, dtype=%d: %d rows compared, %d near-tie disagreements, exact rows %llu\n",
+                  V, rows, static_cast<int>(dtype), n.compared, n.near_ties,
+                  static_cast<unsigned long long>(n.exact_rows));
+      EXPECT_LE(n.near_ties, n.compared / 20);  // each one checked to be a near-tie by compare()
+      EXPECT_GE(n.exact_rows, static_cast<uint64_t>(n.compared / 4));  // the exact kernel did run
     }
-    const AgreementCount n = agreement_on(b, 9);
-    std::printf("wide nucleus dtype=%d: %d rows compared, %d near-tie disagreements, exact rows %llu\n",
-                static_cast<int>(dtype), n.compared, n.near_ties, static_cast<unsigned long long>(n.exact_rows));
-    EXPECT_LE(n.near_ties, n.compared / 20);  // each one checked to be a near-tie by compare()
-    EXPECT_GE(n.exact_rows, static_cast<uint64_t>(n.compared / 4));  // the exact kernel did run
-  }
 }
+
+TEST(CudaExactPath, WideNucleusMatchesReference) { wide_nucleus_agrees(151936, {{12, 9}, {100, 3}}); }
+
+// The same at vocabularies small enough for compute-sanitizer: more slices than a slice has tokens.
+TEST(CudaExactPath, WideNucleusSmallVocabulary) { wide_nucleus_agrees(1000, {{3, 6}, {12, 3}}); }
 
 // The fast kernel streams chunks of tiles whose size depends on the grid (and can be forced for
 // experiments): tokens must not. Small batches use a tile a chunk, so force larger chunks here, and
