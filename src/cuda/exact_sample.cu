@@ -560,14 +560,15 @@ __device__ void commit_requests(const RowJob& job, int32_t first_request, int32_
 // the bulk of the work) and each token's screened Gumbel score (the fp32 noise: the Philox words),
 // into the row's SplitScratch by the keys' top 12 bits: mass, count and an upper bound of the
 // largest screened score. The row's last slice alone then finds the bucket of the cut (where the
-// top-p target falls, or min-p's), and in one pass over z gathers that bucket's keys and those of
-// the buckets above whose best screened score can come within 2 * kFastNoiseSlack of the kept
-// set's best (usually one bucket): the kept set's winner is among them (see split_row). It selects
-// the cut in shared memory and draws over the gathered keys alone (draw_kept).
+// top-p target falls, or min-p's), and in one pass over z gathers that bucket's keys and, from the
+// buckets above whose best screened score can come within 2 * kFastNoiseSlack of the kept set's
+// best (usually one bucket), the tokens whose own screened score does: the kept set's winner is
+// among them (see split_row). It selects the cut in shared memory and draws over the gathered keys
+// alone (draw_kept).
 // Rows this does not cover (verification, any logprob, rank, top-N or final-distribution output,
 // greedy, top-k, untruncated, no valid token, a +inf maximum) take exact_row in their first slice's
 // block; rows whose gathered keys would pass kSplitGatherKeys, in their last slice's.
-constexpr int32_t kSplitGatherKeys = 6144;  // keys the last slice gathers into shared memory
+constexpr int32_t kSplitGatherKeys = 8192;  // keys the last slice gathers into shared memory
 constexpr size_t kSplitSharedBytes = 4 * kSplitBuckets * sizeof(uint32_t);  // a slice's histogram
 // The last slice's: the gathered keys, then a byte a bucket (whether its keys are gathered).
 constexpr size_t kSplitGatherBytes = kSplitGatherKeys * sizeof(unsigned long long) + kSplitBuckets;
@@ -596,9 +597,10 @@ __device__ int32_t nth_flagged_row(const RowJob& job, int32_t f, Shared& sh) {
 // over the kept set. The exact score of any token is within kFastNoiseSlack of f_t, so a token with
 // f_t < F - 2 * kFastNoiseSlack can neither win nor tie (the token at F scores above it). Every
 // bucket above the cut's is kept whole; its bound hi_b >= max f_t there, and lb = the next float
-// below the largest hi_b is <= F. A bucket with hi_b < lb - 2 * slack holds only such tokens, so
-// gathering the cut's bucket and the others leaves out no token that can win, and F itself is
-// among them: draw_kept over them draws the kept set's token.
+// below the largest hi_b is <= F. A bucket with hi_b < lb - 2 * slack holds only such tokens, and
+// so does any token with f_t < lb - 2 * slack: gathering the cut's bucket and the other buckets'
+// tokens at or above lb - 2 * slack leaves out no token that can win, and F itself is among them:
+// draw_kept over them draws the kept set's token.
 __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t f, int32_t s, int32_t S, Shared& sh,
                                           unsigned long long* gathered) {
   const SlotTableView& tab = job.table;
@@ -730,16 +732,13 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   const double reach = lb ? static_cast<double>(detail::order_bits_to_float(lb)) - 2.0 * kFastNoiseSlack
                           : static_cast<double>(INFINITY);
   uint8_t* take = reinterpret_cast<uint8_t*>(gathered + kSplitGatherKeys);  // over the histogram, flushed
-  int32_t n_above = 0;
   for (int b = threadIdx.x; b < kSplitBuckets; b += kBlock) {
     const uint32_t hb = b > b_c ? __ldcg(&g_best[b]) : 0u;
     take[b] = hb && static_cast<double>(detail::order_bits_to_float(hb)) >= reach;
-    if (take[b]) n_above += static_cast<int32_t>(__ldcg(&g_count[b]));
   }
-  n_above = block_sum_i32(n_above, sh);
   const int32_t n_cut = static_cast<int32_t>(__ldcg(&g_count[b_c]));
   const unsigned long long rest = b_p == b_c ? target - sh.split_above : 0;  // top-p's mass left in b_c
-  const bool fits = n_cut + n_above <= kSplitGatherKeys;
+  const bool fits = n_cut <= kSplitGatherKeys;
   // The row's scratch back to zero for the next call (every slice has added to it).
   __syncthreads();
   for (int b = threadIdx.x; b < kSplitBuckets; b += kBlock) {
@@ -754,18 +753,29 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   }
   if (!fits) return true;  // a plateau crowds the gathered buckets: the one-block path
 
-  // One pass over z: b_c's keys from the front of `gathered`, the taken buckets' from the back.
+  // One pass over z: b_c's keys (n_cut) from the front of `gathered`; from the back, the taken
+  // buckets' tokens whose screened score reaches `reach` (draw_kept's formula), while room is left.
   if (threadIdx.x == 0) sh.gather_count = sh.split_back = 0;
   __syncthreads();
+  const int32_t room = kSplitGatherKeys - n_cut;
   block_pass<kBlock, 8>(V, -INFINITY, [&](int32_t t) { return __ldcg(z + t); }, [&](int32_t t, float zt) {
     if (!(zt > -INFINITY)) return;
     const unsigned long long k = pack_key(zt, t);
     const int b = static_cast<int>(k >> 52);
-    if (b == b_c) gathered[atomicAdd(&sh.gather_count, 1)] = k;
-    else if (b > b_c && take[b]) gathered[kSplitGatherKeys - 1 - atomicAdd(&sh.split_back, 1)] = k;
+    if (b == b_c) {
+      gathered[atomicAdd(&sh.gather_count, 1)] = k;
+    } else if (b > b_c && take[b]) {
+      const float g = detail::gumbel_from_uniform_fast(
+          detail::uniform_from_word(detail::random_word(seed, step, purpose, static_cast<uint32_t>(t))));
+      if (static_cast<double>(zt) + static_cast<double>(g) >= reach) {
+        const int32_t i = atomicAdd(&sh.split_back, 1);
+        if (i < room) gathered[kSplitGatherKeys - 1 - i] = k;
+      }
+    }
   });
   __syncthreads();
   const int32_t n_front = sh.gather_count, n_back = sh.split_back;
+  if (n_back > room) return true;  // more near-best tokens than room: the one-block path
   // Top-p's cut within b_c: the largest key whose mass at or above it, with the buckets above,
   // reaches the target.
   if (rest > 0)
