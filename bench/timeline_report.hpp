@@ -31,6 +31,9 @@ struct Phases {
   double stage2[kTimelineMarks] = {};             // stage 2 of the row done last: each mark after the one before
   double fast_end = 0;                            // the fast kernel's last block leaves
   double exact_start = 0, exact_end = 0;          // the exact kernel's first start, last exit
+  // Split rows (exact kernel): the median slice's entry to its count, the last slice counted, and
+  // the phases of the last row's last slice, each mark after the one before (0: no split row).
+  double slice = 0, last_slice = 0, split[kTimelineMarks] = {};
   double row_stage2_start = 0, row_stage2_end = 0;  // row_stage2_kernel's (small batches; 0: not run)
   double resolution = 0;                          // smallest nonzero difference between two marks seen
   double value[kTimelineValues] = {};             // the values of the row done last (timeline.cuh)
@@ -115,6 +118,27 @@ inline Phases phases_of(const std::vector<unsigned long long>& fast, const std::
     p.exact_start = us(x0);
     p.exact_end = us(x1);
   }
+  std::vector<double> slices;
+  int last_slice = -1;
+  unsigned long long counted = 0;
+  for (int b = 0; b < kTimelineBlocks; ++b) {
+    if (!at(exact, b, kMarkChunkDone)) continue;
+    slices.push_back(span(at(exact, b, kMarkEntry), at(exact, b, kMarkChunkDone)));
+    counted = std::max(counted, at(exact, b, kMarkChunkDone));
+    if (at(exact, b, kMarkMerged) && (last_slice < 0 || at(exact, b, kMarkExit) > at(exact, last_slice, kMarkExit)))
+      last_slice = b;
+  }
+  p.slice = median(slices);
+  p.last_slice = us(counted);
+  if (last_slice >= 0) {
+    unsigned long long prev = at(exact, last_slice, kMarkChunkDone);
+    for (int m = kMarkMerged; m < kTimelineMarks; ++m) {
+      const unsigned long long c = at(exact, last_slice, m);
+      if (!c) continue;
+      p.split[m] = span(prev, c);
+      prev = c;
+    }
+  }
   p.resolution = least == ~0ull ? 0.0 : 1e-3 * static_cast<double>(least);
   return p;
 }
@@ -158,6 +182,15 @@ void report(const std::string& label, int calls, int nbuf, Call call) {
                 field(&Phases::row_stage2_end));
   std::printf("  exact kernel: first block starts +%.2f, last leaves +%.2f\n", field(&Phases::exact_start),
               field(&Phases::exact_end));
+  if (field(&Phases::last_slice) > 0) {
+    std::printf("  split rows: median slice %.2f (entry to counted), last slice counted +%.2f; the last row's last slice:",
+                field(&Phases::slice), field(&Phases::last_slice));
+    for (int m = sonic::cuda::kMarkMerged; m < kTimelineMarks; ++m) {
+      const double d = med([m](const Phases& p) { return p.split[m]; });
+      if (d > 0) std::printf(" %s %.2f,", sonic::cuda::kTimelineMarkNames[m], d);
+    }
+    std::printf("\n");
+  }
   using namespace sonic::cuda;
   auto value = [&](int v) { return med([v](const Phases& p) { return p.value[v]; }); };
   std::printf("  that row: %.0f candidates, %.0f at or above the bound, a prefix of %.0f, %.0f kept; SM clock %.2f GHz in stage 2\n",

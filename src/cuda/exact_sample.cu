@@ -641,6 +641,7 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   const size_t elem = job.dtype == DType::kF32 ? 4 : 2;
   const void* row = static_cast<const char*>(job.logits) + r * job.row_stride * elem;
   float* z = job.z + static_cast<int64_t>(r) * V;
+  timeline_mark(kMarkScreening);
   unsigned long long* g_mass = job.split.mass + static_cast<int64_t>(f) * kSplitBuckets;
   uint32_t* g_count = job.split.count + static_cast<int64_t>(f) * kSplitBuckets;
   uint32_t* g_best = job.split.best + static_cast<int64_t>(f) * kSplitBuckets;
@@ -688,6 +689,7 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
     sh.split_last = atomicAdd(&job.split.done[f], 1) == S - 1;
   }
   __syncthreads();
+  timeline_mark(kMarkChunkDone);
   if (!sh.split_last) return false;  // the row's last slice goes on alone
   __threadfence();
   const int32_t row_nan = __ldcg(&job.split.nan[f]);
@@ -751,6 +753,7 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
     job.split.done[f] = 0;
     job.split.nan[f] = 0;
   }
+  timeline_mark(kMarkMerged);
   if (!fits) return true;  // a plateau crowds the gathered buckets: the one-block path
 
   // One pass over z: b_c's keys (n_cut) from the front of `gathered`; from the back, the taken
@@ -775,6 +778,7 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   });
   __syncthreads();
   const int32_t n_front = sh.gather_count, n_back = sh.split_back;
+  timeline_mark(kMarkListed);
   if (n_back > room) return true;  // more near-best tokens than room: the one-block path
   // Top-p's cut within b_c: the largest key whose mass at or above it, with the buckets above,
   // reaches the target.
@@ -782,9 +786,11 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
     cut = max(cut, BlockSelect<kBlock>::select_desc(
                        n_front, rest, [&](int32_t i) { return gathered[i]; },
                        [&](int32_t i) { return mass_of(detail::key_value(gathered[i])); }, sh.select));
+  timeline_mark(kMarkDecided);
   const KeptDraw d = draw_kept(kSplitGatherKeys, [&](int32_t i) {
     return i < n_front || i >= kSplitGatherKeys - n_back ? gathered[i] : 0ull;
   }, cut, m, false, seed, step, purpose, sh);
+  timeline_mark(kMarkSampled);
   if (threadIdx.x == 0) {
     out.tokens[r] = d.token;
     if (out.status) out.status[r] = row_nan ? kStatusNaN : 0;

@@ -17,8 +17,10 @@
 
 namespace sonic::cuda {
 
-// The marks of a fast-kernel block, in the order it reaches them. The exact kernel uses kMarkEntry
-// and kMarkExit only.
+// The marks of a fast-kernel block, in the order it reaches them. The exact kernel's blocks mark
+// entry and exit, and a split row's slices (exact_sample.cu) reuse some: request (the row's
+// parameters read), chunk end (the slice counted), and in the row's last slice merge (the buckets
+// to gather chosen), listed (the gather pass), decided (the cut) and sampled.
 enum TimelineMark : int {
   kMarkEntry,       // the block starts
   kMarkScreening,   // stage 1: the request is read, the first steps are in flight
