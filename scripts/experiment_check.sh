@@ -1,27 +1,38 @@
 #!/usr/bin/env bash
-# One device call for a kernel experiment: the working tree against a reference tree, side by side.
+# One device call for a kernel experiment: the working tree against a reference tree, side by side
+# (and against more trees, timed only, when named after it).
 #   git archive main | (mkdir -p .ref && tar x -C .ref)     (a name git does not ignore, so it travels)
-#   scripts/experiment_check.sh .ref                        (through the device tool, carry .deps)
+#   scripts/experiment_check.sh .ref [.other ...]           (through the device tool, carry .deps)
 # Steps, in order: both trees built at once (stage1_variants.sh, variants "new" and "ref") and timed
 # by sonic_bench's sample suite (SONIC_VARIANT_BENCH) and top-k suite; the whole GPU suite and the
 # four compute-sanitizer tools on the new tree's build; the new tree's phase timeline
-# (SONIC_TIMELINE_ARGS, built in the background meanwhile). Results: $OUT/h200_new.jsonl and
-# $OUT/h200_ref.jsonl (commit "unknown": label them when appending to bench/results), logs in
-# $OUT/*.tgz. SONIC_EXPERIMENT_STEPS picks steps (default "bench tests sanitize timeline").
+# (SONIC_TIMELINE_ARGS, built in the background meanwhile). Results: $OUT/h200_new.jsonl,
+# $OUT/h200_ref.jsonl and one file a further tree, named after it without its dots (commit
+# "unknown": label them when appending to bench/results), logs in $OUT/*.tgz.
+# SONIC_EXPERIMENT_STEPS picks steps (default "bench tests sanitize timeline").
 set -uo pipefail
-ref=${1:?usage: scripts/experiment_check.sh REF_TREE}
+ref=${1:?usage: scripts/experiment_check.sh REF_TREE [TREE ...]}
+shift
+others=("$@")
 steps=${SONIC_EXPERIMENT_STEPS:-bench tests sanitize timeline}
 source "$(dirname "$0")/device_env.sh"
 device_setup sonic_experiment_logs experiment_logs.tgz
 has() { [[ " $steps " == *" $1 "* ]]; }
 has timeline && build_timeline 4 &
 new=build-var-base
-old=build-var-$(echo "@$ref" | md5sum | cut -c1-8)  # stage1_variants.sh's name for the tree's build
-SONIC_VARIANTS_EXTRA="ref:@$ref:" SONIC_VARIANTS="base ref" scripts/stage1_variants.sh | sed 's/^base /new  /'
-for v in new:$new ref:$old; do
-  name=${v%%:*} dir=${v#*:}
+tree_build() { echo "build-var-$(echo "@$1" | md5sum | cut -c1-8)"; }  # stage1_variants.sh's name
+trees=("new:$new:base" "ref:$(tree_build "$ref"):ref")
+extra="ref:@$ref:" names="base ref"
+for t in "${others[@]}"; do
+  name=$(basename "$t" | tr -d .)
+  trees+=("$name:$(tree_build "$t"):$name")
+  extra+=";$name:@$t:" names+=" $name"
+done
+SONIC_VARIANTS_EXTRA="$extra" SONIC_VARIANTS="$names" scripts/stage1_variants.sh | sed 's/^base /new  /'
+for v in "${trees[@]}"; do
+  IFS=: read -r name dir variant <<<"$v"
   [ -x "$dir/bench/sonic_bench" ] || continue
-  cp "/tmp/sonic_variant_logs/bench_$([ "$name" == new ] && echo base || echo ref).jsonl" "$OUT/h200_$name.jsonl"
+  cp "/tmp/sonic_variant_logs/bench_$variant.jsonl" "$OUT/h200_$name.jsonl"
   if has bench; then
     "$dir/bench/sonic_bench" --suite topk --k 128 --V 151936 --dtype fp32,bf16 --out "$OUT/h200_$name.jsonl" \
       >"$L/topk_$name.log" 2>&1
