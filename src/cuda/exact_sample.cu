@@ -224,11 +224,12 @@ __device__ __forceinline__ float store_z(const RowJob& job, const void* row, con
 }
 
 // The Gumbel-max draw over a row's kept set {key >= cut} among keys key_of(i), i in [0, n) (0: none;
-// the whole row, or the keys a split row gathered), ties to the lower id; among +inf scores (m = +inf) the noise alone. Two passes: the fp32 noise (within
-// kFastNoiseSlack of the double one) finds the best screened score; only tokens within twice the
-// slack of it can win or tie, and only they get the double-precision noise (on a flat row's nucleus
-// of ~90K tokens, a handful), so the token is the one the double noise alone gives. Also the kept
-// set's size, its +inf count and, with want_sum, its sum of exp(z - m) in double.
+// the whole row, or the keys a split row gathered), ties to the lower id; among +inf scores
+// (m = +inf) the noise alone. Two passes: the fp32 noise (within kFastNoiseSlack of the double one)
+// finds the best screened score; only tokens within twice the slack of it can win or tie, and only
+// they get the double-precision noise (on a flat row's nucleus of ~90K tokens, a handful), so the
+// token is the one the double noise alone gives. Also the kept set's size, its +inf count and, with
+// want_sum, its sum of exp(z - m) in double.
 struct KeptDraw {
   int32_t token;
   int32_t kept;
@@ -733,7 +734,8 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   lb = static_cast<uint32_t>(block_max_u64(lb, sh));
   const double reach = lb ? static_cast<double>(detail::order_bits_to_float(lb)) - 2.0 * kFastNoiseSlack
                           : static_cast<double>(INFINITY);
-  uint8_t* take = reinterpret_cast<uint8_t*>(gathered + kSplitGatherKeys);  // over the histogram, flushed
+  // gathered[0, kSplitGatherKeys) lies over the slice's histogram (flushed); `take` just beyond it.
+  uint8_t* take = reinterpret_cast<uint8_t*>(gathered + kSplitGatherKeys);
   for (int b = threadIdx.x; b < kSplitBuckets; b += kBlock) {
     const uint32_t hb = b > b_c ? __ldcg(&g_best[b]) : 0u;
     take[b] = hb && static_cast<double>(detail::order_bits_to_float(hb)) >= reach;
