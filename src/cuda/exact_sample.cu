@@ -34,6 +34,19 @@ constexpr double kMassScale = 1099511627776.0;  // 2^40: fixed-point unit of pro
 // uniform (G < 23; SharedRulesDevice checks all 2^32 words): 2^-16 leaves room for the double adds.
 constexpr double kFastNoiseSlack = 1.0 / 65536.0;
 
+// A score's fixed-point probability mass against the maximum md (s > -inf, md finite).
+__device__ __forceinline__ unsigned long long fixed_mass(float s, double md) {
+  return static_cast<unsigned long long>(llrint(exp(static_cast<double>(s) - md) * kMassScale));
+}
+// The cut that keeps every valid token: the smallest key of a score above -inf.
+__device__ __forceinline__ unsigned long long every_valid_cut() {
+  return (static_cast<unsigned long long>(detail::order_bits(-INFINITY)) + 1) << 32;
+}
+// The cut that keeps min-p's survivors: the smallest key of a score at or above its threshold.
+__device__ __forceinline__ unsigned long long threshold_cut(float z) {
+  return static_cast<unsigned long long>(detail::order_bits(z)) << 32;
+}
+
 // A token's score as a packed key, 0 for -inf (not a candidate).
 __device__ __forceinline__ unsigned long long score_key(float s, int32_t t) {
   return s > -INFINITY ? pack_key(s, t) : 0ull;
@@ -333,14 +346,11 @@ __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& 
       const float s = z[t];
       if (m == INFINITY) return s == INFINITY ? static_cast<unsigned long long>(kMassScale) : 0ull;
       if (!(s > -INFINITY)) return 0ull;
-      return static_cast<unsigned long long>(llrint(exp(static_cast<double>(s) - md) * kMassScale));
+      return fixed_mass(s, md);
     };
-    const unsigned long long every_valid = (static_cast<unsigned long long>(detail::order_bits(-INFINITY)) + 1) << 32;
+    const unsigned long long every_valid = every_valid_cut();
     cut = every_valid;
-    if (p.min_p > 0.0f) {  // z >= z_max + ln(min_p), in double as the reference
-      const float zf = __double2float_ru(md + log(static_cast<double>(p.min_p)));
-      cut = max(cut, static_cast<unsigned long long>(detail::order_bits(zf)) << 32);
-    }
+    if (p.min_p > 0.0f) cut = max(cut, threshold_cut(min_p_threshold(m, p.min_p)));
     if (p.top_k > 0 && p.top_k < V) {
       int c = 0;
       for (int32_t t = threadIdx.x; t < V; t += kBlock) c += z_key(t) >= cut && z_key(t) != 0;
@@ -630,13 +640,11 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   const SlotParams& p = pro.p;
   const double md = m;
   const bool joint = p.flags & kSlotTopPJoint;
-  const float min_z = p.min_p > 0.0f ? __double2float_ru(md + log(static_cast<double>(p.min_p))) : -INFINITY;
+  const float min_z = p.min_p > 0.0f ? min_p_threshold(m, p.min_p) : -INFINITY;
   // min-p's cut (every valid token without min-p): tokens below it are never kept.
-  unsigned long long cut = (static_cast<unsigned long long>(detail::order_bits(-INFINITY)) + 1) << 32;
-  if (p.min_p > 0.0f) cut = max(cut, static_cast<unsigned long long>(detail::order_bits(min_z)) << 32);
-  auto mass_of = [&](float zt) {  // zt > -inf: exact_row's fixed-point mass
-    return static_cast<unsigned long long>(llrint(exp(static_cast<double>(zt) - md) * kMassScale));
-  };
+  unsigned long long cut = every_valid_cut();
+  if (p.min_p > 0.0f) cut = max(cut, threshold_cut(min_z));
+  auto mass_of = [&](float zt) { return fixed_mass(zt, md); };  // zt > -inf
   const uint64_t seed = p.seed, step = tab.step[slot];
   const uint32_t purpose = detail::purpose(detail::Draw::kSampling, pro.position);
   const size_t elem = job.dtype == DType::kF32 ? 4 : 2;

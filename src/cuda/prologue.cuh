@@ -107,4 +107,10 @@ __device__ __forceinline__ bool resolve_row(const SlotTableView& tab, const int3
   return true;
 }
 
+// Step 6's threshold on z: min-p keeps z >= z_max + ln(min_p), which the reference evaluates in
+// double; for a float z that is z >= this value (the threshold rounded up to a float).
+__device__ __forceinline__ float min_p_threshold(float z_max, float min_p) {
+  return __double2float_ru(static_cast<double>(z_max) + log(static_cast<double>(min_p)));
+}
+
 }  // namespace sonic::cuda

@@ -280,7 +280,7 @@ __device__ __forceinline__ int decide_kept(const SlotParams& p, int32_t V, float
   int surv = valid;
   bool surv_known = true;
   if (p.min_p > 0.0f) {
-    const float cut = __double2float_ru(static_cast<double>(zm) + log(static_cast<double>(p.min_p)));
+    const float cut = min_p_threshold(zm, p.min_p);
     const int c = count_at_least(cut);
     if (c < n || complete || cut > zl) surv = c;
     else surv_known = false;  // at least n
@@ -716,9 +716,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     // about k keys, or N.
     // The top N the prefix must hold beyond the kept set (processed and raw modes; 0: none).
     const int n_top = prefix_ranks && job.mode != LogprobMode::kFinal ? top_count(out, p) : 0;
-    const float cut = p.min_p > 0.0f && n_top == 0
-                          ? __double2float_ru(static_cast<double>(zm) + log(static_cast<double>(p.min_p)))
-                          : -INFINITY;
+    const float cut = p.min_p > 0.0f && n_top == 0 ? min_p_threshold(zm, p.min_p) : -INFINITY;
     const bool top_k_on = p.top_k > 0 && p.top_k < V;
     const int32_t want = top_k_on ? max(p.top_k, n_top) : 0;
     const bool with_x = prefix_ranks && job.mode == LogprobMode::kRaw;
