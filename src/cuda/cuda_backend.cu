@@ -28,6 +28,15 @@ void require_device(const void* ptr, const char* name) {
     detail::invalid_argument(name, "a host pointer", "the CUDA backend needs device memory");
 }
 
+// n zeroed elements of T in device memory.
+template <class T>
+T* zeroed_device_array(size_t n) {
+  T* p = nullptr;
+  SONIC_CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
+  SONIC_CUDA_CHECK(cudaMemset(p, 0, n * sizeof(T)));
+  return p;
+}
+
 class CudaBackend final : public SamplerBackend {
  public:
   explicit CudaBackend(const SamplerConfig& config) : SamplerBackend(config), table_(config) {
@@ -42,10 +51,8 @@ class CudaBackend final : public SamplerBackend {
     SONIC_CUDA_CHECK(cudaMalloc(&cands_, rows * cand_stride_ * sizeof(unsigned long long)));
     // Counters: [0, rows) chunks done per row, then the rows flagged and the exact kernel's blocks
     // done. Zero between calls: the kernels reset what they count.
-    SONIC_CUDA_CHECK(cudaMalloc(&counters_, (rows + 2) * sizeof(int32_t)));
-    SONIC_CUDA_CHECK(cudaMemset(counters_, 0, (rows + 2) * sizeof(int32_t)));
-    SONIC_CUDA_CHECK(cudaMalloc(&flagged_total_, sizeof(unsigned long long)));
-    SONIC_CUDA_CHECK(cudaMemset(flagged_total_, 0, sizeof(unsigned long long)));
+    counters_ = zeroed_device_array<int32_t>(rows + 2);
+    flagged_total_ = zeroed_device_array<unsigned long long>(1);
     SONIC_CUDA_CHECK(cudaMalloc(&exact_flags_, rows * sizeof(int32_t)));
     SONIC_CUDA_CHECK(cudaMalloc(&verdicts_, rows * sizeof(cuda::RowVerdict)));
     SONIC_CUDA_CHECK(cudaMalloc(&row_logprob_, rows * sizeof(float)));
@@ -60,16 +67,12 @@ class CudaBackend final : public SamplerBackend {
     // its blocks (at least sms of them).
     cuda::prepare_exact_sample(config.device);
     split_rows_ = sms;
-    SONIC_CUDA_CHECK(cudaMalloc(&split_mass_, split_rows_ * cuda::kSplitBuckets * sizeof(unsigned long long)));
-    SONIC_CUDA_CHECK(cudaMemset(split_mass_, 0, split_rows_ * cuda::kSplitBuckets * sizeof(unsigned long long)));
-    SONIC_CUDA_CHECK(cudaMalloc(&split_count_, split_rows_ * cuda::kSplitBuckets * sizeof(uint32_t)));
-    SONIC_CUDA_CHECK(cudaMemset(split_count_, 0, split_rows_ * cuda::kSplitBuckets * sizeof(uint32_t)));
-    SONIC_CUDA_CHECK(cudaMalloc(&split_best_, split_rows_ * cuda::kSplitBuckets * sizeof(uint32_t)));
-    SONIC_CUDA_CHECK(cudaMemset(split_best_, 0, split_rows_ * cuda::kSplitBuckets * sizeof(uint32_t)));
-    SONIC_CUDA_CHECK(cudaMalloc(&split_total_, split_rows_ * sizeof(unsigned long long)));
-    SONIC_CUDA_CHECK(cudaMemset(split_total_, 0, split_rows_ * sizeof(unsigned long long)));
-    SONIC_CUDA_CHECK(cudaMalloc(&split_flags_, 2 * split_rows_ * sizeof(int32_t)));  // done, then nan
-    SONIC_CUDA_CHECK(cudaMemset(split_flags_, 0, 2 * split_rows_ * sizeof(int32_t)));
+    const size_t split_bins = static_cast<size_t>(split_rows_) * cuda::kSplitBuckets;
+    split_mass_ = zeroed_device_array<unsigned long long>(split_bins);
+    split_count_ = zeroed_device_array<uint32_t>(split_bins);
+    split_best_ = zeroed_device_array<uint32_t>(split_bins);
+    split_total_ = zeroed_device_array<unsigned long long>(split_rows_);
+    split_flags_ = zeroed_device_array<int32_t>(2 * split_rows_);  // done, then nan
     int major = 0;
     SONIC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, config.device));
     programmatic_launch_ = major >= 9;  // programmatic dependent launch needs compute capability 9.0
@@ -232,8 +235,8 @@ class CudaBackend final : public SamplerBackend {
     cuda::launch_fast_sample(job, stream);
     if (job.fast.separate_stage2) cuda::launch_row_stage2(job, programmatic_launch_, stream);
     job.exact_flags = exact_flags_;
-    job.split = cuda::SplitScratch{split_mass_, split_count_, split_best_, split_total_, split_flags_, split_flags_ + split_rows_,
-                                   split_rows_};
+    job.split = cuda::SplitScratch{split_mass_, split_count_, split_best_, split_total_,
+                                   split_flags_, split_flags_ + split_rows_, split_rows_};
     cuda::launch_exact_sample(job, 2 * sms_, programmatic_launch_, stream);
   }
 

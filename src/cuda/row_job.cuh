@@ -121,8 +121,7 @@ struct VerifyJob {
 // The exact sampler's scratch for the rows it splits across blocks (exact_sample.cu, split_row): for
 // split row f < rows, a histogram by the keys' top 12 bits of the valid tokens' fixed-point masses,
 // counts and best screened Gumbel score, the mass top-p measures against, the slices done and a NaN
-// flag. Zero between
-// calls: each row's last slice resets its part.
+// flag. Zero between calls: each row's last slice resets its part.
 constexpr int32_t kSplitBuckets = 4096;
 struct SplitScratch {
   unsigned long long* mass;   // [rows, kSplitBuckets]
