@@ -222,11 +222,10 @@ __device__ void write_logprobs(const RowJob& job, int32_t r, int32_t token, int3
   __syncthreads();
 }
 
-// Steps 1-5 for token t of a row: z_t, also stored in the row's workspace z (NaN read as -inf and
-// noted in *nan_seen).
-__device__ __forceinline__ float store_z(const RowJob& job, const void* row, const RowPrologue& pro, int32_t t, float* z,
-                                         int* nan_seen) {
-  float x = detail::load_logit(row, job.dtype, t);
+// Steps 1-5 for token t of a row from its logit x: z_t, also stored in the row's workspace z (NaN
+// read as -inf and noted in *nan_seen).
+__device__ __forceinline__ float store_z_of(const RowJob& job, const RowPrologue& pro, int32_t t, float x, float* z,
+                                            int* nan_seen) {
   if (detail::is_nan(x)) {
     *nan_seen = 1;
     x = -INFINITY;
@@ -234,6 +233,10 @@ __device__ __forceinline__ float store_z(const RowJob& job, const void* row, con
   const float zt = pro.apply(job.table, t, x);
   z[t] = zt;
   return zt;
+}
+__device__ __forceinline__ float store_z(const RowJob& job, const void* row, const RowPrologue& pro, int32_t t, float* z,
+                                         int* nan_seen) {
+  return store_z_of(job, pro, t, detail::load_logit(row, job.dtype, t), z, nan_seen);
 }
 
 // The Gumbel-max draw over a row's kept set {key >= cut} among keys key_of(i), i in [0, n) (0: none;
@@ -580,6 +583,7 @@ __device__ void commit_requests(const RowJob& job, int32_t first_request, int32_
 // greedy, top-k, untruncated, no valid token, a +inf maximum) take exact_row in their first slice's
 // block; rows whose gathered keys would pass kSplitGatherKeys, in their last slice's.
 constexpr int32_t kSplitGatherKeys = 8192;  // keys the last slice gathers into shared memory
+constexpr int kSliceLoads = 4;              // logits a slice's thread has in flight
 constexpr size_t kSplitSharedBytes = 4 * kSplitBuckets * sizeof(uint32_t);  // a slice's histogram
 // The last slice's: the gathered keys, then a byte a bucket (whether its keys are gathered).
 constexpr size_t kSplitGatherBytes = kSplitGatherKeys * sizeof(unsigned long long) + kSplitBuckets;
@@ -667,9 +671,15 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   const int32_t lo = s * per, hi = min(V, lo + per);
   unsigned long long total = 0;  // the mass top-p measures: every valid token's (joint) or min-p's survivors'
   int nan_seen = 0;
-  for (int32_t t = lo + threadIdx.x; t < hi; t += kBlock) {
-    const float zt = store_z(job, row, pro, t, z, &nan_seen);
-    if (!(zt > -INFINITY)) continue;
+  // kSliceLoads logits a thread in flight: a loop of one load and ~150 instructions a token waits
+  // out a memory latency each iteration (at S = 1 a block streams a whole row: 386 us at B = 128).
+  const int32_t n_slice = hi - lo;  // <= 0: a slice past the row's end
+  block_pass<kBlock, kSliceLoads>(n_slice, 0.0f, [&](int32_t i) { return detail::load_logit(row, job.dtype, lo + i); },
+                                  [&](int32_t i, float x) {
+    if (i >= n_slice) return;
+    const int32_t t = lo + i;
+    const float zt = store_z_of(job, pro, t, x, z, &nan_seen);
+    if (!(zt > -INFINITY)) return;
     const unsigned long long wt = mass_of(zt);
     const int b = static_cast<int>(score_key(zt, t) >> 52);
     add_split_u64(h_lo, h_hi, b, wt);
@@ -681,7 +691,7 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
           detail::uniform_from_word(detail::random_word(seed, step, purpose, static_cast<uint32_t>(t))));
       atomicMax(&h_best[b], detail::order_bits(__fadd_ru(zt, g)));  // >= the double sum draw_kept forms
     }
-  }
+  });
   __threadfence();  // this thread's z before the slice's count (below)
   nan_seen = __syncthreads_or(nan_seen);
   for (int b = threadIdx.x; b < kSplitBuckets; b += kBlock)
