@@ -29,6 +29,7 @@ constexpr int kScanItems = (kGatherCap + Threads - 1) / Threads;  // prefix keys
 template <int Threads>
 using PrefixScan = cub::BlockScan<double, Threads, cub::BLOCK_SCAN_WARP_SCANS>;
 constexpr int32_t kTopKSlack = 16;   // top-k rows sort about k + kTopKSlack keys (rounding margin)
+constexpr int32_t kShortPrefixCheck = 256;  // prefixes longer than this are checked for mass first
 
 // Stage 2's shared memory for a block of Threads threads.
 template <int Threads>
@@ -71,6 +72,7 @@ struct Stage2Shared {
   double kept_sum;
   int32_t hist[Threads];
   float tau;
+  double staged_sum;  // the staged prefix's mass (gather_prefix's short-prefix check)
 };
 
 __device__ __forceinline__ TileStat load_stat(const TileStat* p) {
@@ -436,12 +438,14 @@ constexpr bool kEarlyNoise = Threads > kFastThreads;
 // below the row bound's value xb, so any tau >= xb gives a true prefix: the listed tokens with
 // z > z(tau). With want > 0, tau rises so that about want + kTopKSlack keys remain (a histogram of
 // the candidates' distances below the maximum mx); tokens below `cut` are left out as well. sh.n
-// above kGatherCap means the prefix did not fit (nothing is sorted then). The candidates at or above
-// the bound are read from the list once, into shared memory, when they fit (the common case). With
-// with_x, sh.sorted_x[i] holds the x key of sh.sorted[i].
+// above kGatherCap means the prefix did not fit or, with need_mass > 0 (the least mass of the prefix,
+// in units of exp(z - z(mx)), that can hold the kept set), that a long prefix that is not the whole
+// row falls short of it: nothing is sorted then. The candidates at or above the bound are read from
+// the list once, into shared memory, when they fit (the common case). With with_x, sh.sorted_x[i]
+// holds the x key of sh.sorted[i].
 template <int Threads>
 __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, int32_t want, float cut, bool with_x,
-                               const SampleNoise& noise, Stage2Shared<Threads>& sh) {
+                               const SampleNoise& noise, double need_mass, Stage2Shared<Threads>& sh) {
   const int tid = threadIdx.x;
   const unsigned long long bound = sh.bound;
   // The candidates at or above the bound into shared memory, four loads in flight a thread (eight
@@ -528,6 +532,26 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
   timeline_mark(kMarkStaged);
   const int n = sh.n;
   timeline_value(kValuePrefix, n);
+  // A long prefix short of the mass to reach (a flat top-p row) leaves the row to the exact path in
+  // any order: its mass in any order decides it (the margin in need_mass covers the rounding), so
+  // the sort, n^2 / Threads comparisons (77 us for the row done last at B = 128), is skipped.
+  if (need_mass > 0.0 && n > kShortPrefixCheck && n <= kGatherCap && n < sh.valid) {
+    const float zm = detail::apply_temperature(mx, T);
+    if (tid == 0) sh.staged_sum = 0.0;
+    __syncthreads();
+    double m = 0.0;
+    for (int i = tid; i < n; i += Threads)
+      m += exp(static_cast<double>(detail::key_value(sh.staged[i])) - static_cast<double>(zm));
+    m = warp_sum(m);
+    if ((tid & 31) == 0) atomicAdd(&sh.staged_sum, m);
+    __syncthreads();
+    if (sh.staged_sum < need_mass) {
+      __syncthreads();  // every thread has read sh.n and sh.staged_sum
+      if (tid == 0) sh.n = kGatherCap + 1;
+      __syncthreads();
+      return zl;
+    }
+  }
   if (n <= kGatherCap) {
     // Sort by rank: keys are distinct, so each key's rank is the number of larger keys. A wide block
     // with a short prefix (the common case: about 70 keys) counts each rank in four lanes, a quarter
@@ -722,7 +746,12 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     const bool with_x = prefix_ranks && job.mode == LogprobMode::kRaw;
     const SampleNoise noise{kEarlyNoise<Threads>, p.seed, kEarlyNoise<Threads> ? tab.step[slot] : 0ull,
                             detail::purpose(detail::Draw::kSampling, pro.position)};
-    const float zl = gather_prefix(job, r, mx, T, want, cut, with_x, noise, sh);
+    // Top-p alone (every valid token survives steps 6-7): the kept set lies in the prefix only if its
+    // mass reaches decide_kept's target, top_p * sum_all; 1e-9 below it covers the sums' orders.
+    const bool top_p_alone = p.top_p < 1.0f && p.min_p <= 0.0f && !top_k_on && n_top == 0;
+    const double need_mass =
+        top_p_alone ? static_cast<double>(p.top_p) * sh.sum_all * (1.0 - 1e-9) : 0.0;
+    const float zl = gather_prefix(job, r, mx, T, want, cut, with_x, noise, need_mass, sh);
     timeline_mark(kMarkGathered);
     const int n = sh.n;
     // The top N in the processed and raw modes must lie in the prefix (the final mode's are kept).

@@ -48,7 +48,7 @@ __device__ void top_k_row(const RowJob& job, int32_t r, const RowKind& kind, Sta
   const float mx = sh.max_key ? detail::key_value(sh.max_key) : -INFINITY;
   bool ok = mx > -INFINITY && mx < INFINITY;
   if (ok) {
-    gather_prefix(job, r, mx, 1.0f, out.k, -INFINITY, false, SampleNoise{}, sh);
+    gather_prefix(job, r, mx, 1.0f, out.k, -INFINITY, false, SampleNoise{}, 0.0, sh);
     ok = sh.n <= kGatherCap && sh.n >= out.k;
   }
   if (!ok) {
