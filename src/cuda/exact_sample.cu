@@ -244,8 +244,9 @@ __device__ __forceinline__ float store_z(const RowJob& job, const void* row, con
 // (m = +inf) the noise alone. Two passes: the fp32 noise (within kFastNoiseSlack of the double one)
 // finds the best screened score; only tokens within twice the slack of it can win or tie, and only
 // they get the double-precision noise (on a flat row's nucleus of ~90K tokens, a handful), so the
-// token is the one the double noise alone gives. Also the kept set's size, its +inf count and, with
-// want_sum, its sum of exp(z - m) in double.
+// token is the one the double noise alone gives. With want_totals (verification, the final
+// distribution), also the kept set's size, its +inf count and its sum of exp(z - m) in double
+// (three block reductions that a token alone does not need).
 struct KeptDraw {
   int32_t token;
   int32_t kept;
@@ -254,7 +255,7 @@ struct KeptDraw {
 };
 
 template <class KeyFn>
-__device__ KeptDraw draw_kept(int32_t n, KeyFn key_of, unsigned long long cut, float m, bool want_sum, uint64_t seed,
+__device__ KeptDraw draw_kept(int32_t n, KeyFn key_of, unsigned long long cut, float m, bool want_totals, uint64_t seed,
                               uint64_t step, uint32_t purpose, Shared& sh) {
   auto uniform_of = [&](int32_t t) {
     return detail::uniform_from_word(detail::random_word(seed, step, purpose, static_cast<uint32_t>(t)));
@@ -271,7 +272,7 @@ __device__ KeptDraw draw_kept(int32_t n, KeyFn key_of, unsigned long long cut, f
     ++n_kept;
     if (m == INFINITY && s != INFINITY) continue;
     n_inf += s == INFINITY;
-    if (want_sum && m < INFINITY) sum += exp(static_cast<double>(s) - static_cast<double>(m));
+    if (want_totals && m < INFINITY) sum += exp(static_cast<double>(s) - static_cast<double>(m));
     screened = better(screened, ArgMax{base_of(s) + static_cast<double>(detail::gumbel_from_uniform_fast(uniform_of(t))), t});
   }
   const double reach = block_argmax(screened, sh).score - 2.0 * kFastNoiseSlack;
@@ -286,11 +287,12 @@ __device__ KeptDraw draw_kept(int32_t n, KeyFn key_of, unsigned long long cut, f
     if (base_of(s) + static_cast<double>(detail::gumbel_from_uniform_fast(v)) < reach) continue;
     local = better(local, ArgMax{base_of(s) + detail::gumbel_from_uniform_exact(v), t});
   }
-  KeptDraw d;
-  d.token = block_argmax(local, sh).token;
-  d.sum = block_sum_f64(sum, sh);
-  d.n_inf = block_sum_i32(n_inf, sh);
-  d.kept = block_sum_i32(n_kept, sh);
+  KeptDraw d{block_argmax(local, sh).token, 0, 0, 0.0};
+  if (want_totals) {  // uniform
+    d.sum = block_sum_f64(sum, sh);
+    d.n_inf = block_sum_i32(n_inf, sh);
+    d.kept = block_sum_i32(n_kept, sh);
+  }
   return d;
 }
 
