@@ -43,6 +43,35 @@ struct BlockSelect {
     add_split_u64(s.hist_lo, s.hist_hi, bin, w);
   }
 
+  // The crossing of a histogram of Buckets buckets (a multiple of BLOCK) read from the top: the
+  // bucket b whose weight, with the weights of the buckets above it, first reaches target >= 1, and
+  // the weight of those above it, written to *bucket and *above by the one thread that finds it
+  // (nothing when the total falls short). Thread i holds buckets Buckets - 1 - (i * kPer + q),
+  // highest first, so that one block scan serves. The whole block calls it; the caller passes a
+  // barrier before it reads the results.
+  template <int Buckets, class WeightFn, class Above>
+  static __device__ __forceinline__ void crossing_bucket(WeightFn weight_of, unsigned long long target, Storage& s,
+                                                         int* bucket, Above* above) {
+    constexpr int kPer = Buckets / BLOCK;
+    static_assert(Buckets % BLOCK == 0, "whole buckets a thread");
+    unsigned long long c[kPer], own = 0;
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) own += (c[q] = weight_of(Buckets - 1 - (static_cast<int>(threadIdx.x) * kPer + q)));
+    unsigned long long incl;
+    Scan(s.scan).InclusiveSum(own, incl);
+    unsigned long long cum = incl - own;
+    if (cum < target && incl >= target) {
+#pragma unroll
+      for (int q = 0; q < kPer; ++q) {
+        if (cum < target && cum + c[q] >= target) {
+          *bucket = Buckets - 1 - (static_cast<int>(threadIdx.x) * kPer + q);
+          *above = static_cast<Above>(cum);
+        }
+        cum += c[q];
+      }
+    }
+  }
+
   // Over t in [0, n): key_of(t) (0 excludes t; nonzero keys are distinct) weighted by weight_of(t).
   // Returns the largest key c with sum_{key >= c} weight >= k; requires 1 <= k <= total weight.
   // BatchKeys (counts, cheap keys): each pass evaluates kKeysInFlight keys a thread at once, so that

@@ -721,25 +721,10 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   if (p.top_p < 1.0f) {
     target = static_cast<unsigned long long>(
         ceil(static_cast<double>(p.top_p) * static_cast<double>(__ldcg(&job.split.total[f]))));
-    // Thread i holds buckets kSplitBuckets - 1 - (i * kPer + q), highest first.
-    constexpr int kPer = kSplitBuckets / kBlock;
-    unsigned long long c[kPer], own = 0;
-#pragma unroll
-    for (int q = 0; q < kPer; ++q) own += (c[q] = __ldcg(&g_mass[kSplitBuckets - 1 - (threadIdx.x * kPer + q)]));
-    unsigned long long incl;
     __syncthreads();
-    BlockSelect<kBlock>::Scan(sh.select.scan).InclusiveSum(own, incl);
-    unsigned long long cum = incl - own;
-    if (target > 0 && cum < target && incl >= target) {
-#pragma unroll
-      for (int q = 0; q < kPer; ++q) {
-        if (cum < target && cum + c[q] >= target) {
-          sh.split_bucket = kSplitBuckets - 1 - (threadIdx.x * kPer + q);
-          sh.split_above = cum;
-        }
-        cum += c[q];
-      }
-    }
+    if (target > 0)
+      BlockSelect<kBlock>::crossing_bucket<kSplitBuckets>([&](int b) { return __ldcg(&g_mass[b]); }, target, sh.select,
+                                                          &sh.split_bucket, &sh.split_above);
   }
   __syncthreads();
   const int b_p = sh.split_bucket;  // -1: no top-p, target 0, or rounding left it above the total

@@ -15,7 +15,6 @@ constexpr int kBlock = 512;
 constexpr int kBuckets = 4096;       // buckets of the keys' top 12 bits (sign, exponent, 3 mantissa bits)
 constexpr int kBucketShift = 52;
 constexpr int kGatherKeys = 3072;    // keys at or above the k-th key's bucket held in shared memory
-constexpr int kBucketsPerThread = kBuckets / kBlock;
 
 constexpr int kLoadsInFlight = 16;  // a thread's loads a round of a pass over the row (block_pass.cuh)
 
@@ -59,29 +58,10 @@ __device__ void exact_top_k_row(const RowJob& job, int32_t r, Shared& sh) {
     if (b >= 0 && lane == __ffs(peers) - 1) atomicAdd(&sh.s.hist[b], static_cast<uint32_t>(__popc(peers)));
   });
   __syncthreads();
-  // The bucket of the k-th key: thread i holds buckets kBuckets - 1 - (i * kBucketsPerThread + q),
-  // so that an inclusive scan counts the keys at or above each thread's lowest bucket.
-  {
-    const int i = threadIdx.x;
-    uint32_t c[kBucketsPerThread];
-    unsigned long long own = 0;
-#pragma unroll
-    for (int q = 0; q < kBucketsPerThread; ++q) own += (c[q] = sh.s.hist[kBuckets - 1 - (i * kBucketsPerThread + q)]);
-    unsigned long long incl;
-    BlockSelect<kBlock>::Scan(sh.select.scan).InclusiveSum(own, incl);
-    const unsigned long long k = static_cast<unsigned long long>(out.k);
-    unsigned long long cum = incl - own;
-    if (cum < k && incl >= k) {
-#pragma unroll
-      for (int q = 0; q < kBucketsPerThread; ++q) {
-        if (cum + c[q] >= k && cum < k) {
-          sh.bucket = kBuckets - 1 - (i * kBucketsPerThread + q);
-          sh.above = static_cast<int>(cum);
-        }
-        cum += c[q];
-      }
-    }
-  }
+  // The bucket of the k-th key, and the keys above it.
+  BlockSelect<kBlock>::crossing_bucket<kBuckets>([&](int b) { return static_cast<unsigned long long>(sh.s.hist[b]); },
+                                                 static_cast<unsigned long long>(out.k), sh.select, &sh.bucket,
+                                                 &sh.above);
   __syncthreads();
   const int b_k = sh.bucket;
   const int n_gather = sh.above + static_cast<int>(sh.s.hist[b_k]);
