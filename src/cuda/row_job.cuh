@@ -40,7 +40,6 @@ constexpr int32_t kGroupTokens = 32;                   // tokens a lane screens 
 constexpr int32_t kStepLoads = 8;                      // 16-byte loads a lane a step
 constexpr int32_t kGroupCandidates = 3 * 32;           // keys a warp may keep from one group
 constexpr int32_t kMaxChunks = 64;                     // stage 2 merges at most 64 chunks (two a lane)
-constexpr int32_t kMaxTilesPerChunk = 16;
 constexpr int32_t kMinTileTokens = 4096;               // fp32
 constexpr int32_t kMaxVocab = kMaxChunks * kMinTileTokens;
 
