@@ -257,11 +257,14 @@ class CudaBackend final : public SamplerBackend {
 
   // The fast kernel's workspace and shape for a call of `rows` rows of `dtype` logits. As many chunks a
   // row as keep every block of the call resident at once (rows * chunks <= the blocks the device
-  // holds), a tile a chunk at most: the grid is one wave, with no partial second wave of blocks that
-  // start only when the first ones end. Small batches keep a block a tile for latency; from about
-  // resident / tiles rows on, chunks grow, up to a whole row a block. (The rule before, about
-  // rows * tiles / resident tiles a chunk capped at 16, gave 1.2 waves at B = 64 and 128 and 2.9 at
-  // B = 512 at V = 151936.)
+  // holds), a tile a chunk at most: one wave of blocks, none waiting for the first ones to end.
+  // Small batches keep a block a tile for latency; chunks grow with the batch, up to a whole row a
+  // block (B > 264 fp32 at V = 151936, 38 tiles). Measured against the rule before (about
+  // rows * tiles / resident tiles a chunk, at most 16: 1.2 waves at B = 64 and 128, 2.9 at 512),
+  // side by side, H200, V = 151936, graph: homogeneous fp32 B = 32 / 128 / 512 36.5 / 62.4 / 144.4 ->
+  // 31.8 / 55.8 / 126.2 us, bf16 B = 512 123.9 -> 98.1; heterogeneous fp32 B = 128 116.4 -> 107.6,
+  // but heterogeneous bf16 B = 32 46.6 -> 50.7 (its compute-bound screen gains from more warps an SM
+  // more than it loses to a partial second wave).
   cuda::FastScratch scratch(DType dtype, int32_t rows) const {
     const int32_t V = config_.vocab_size;
     const int32_t tiles = (V + cuda::tile_tokens(dtype) - 1) / cuda::tile_tokens(dtype);
