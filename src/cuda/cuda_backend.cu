@@ -240,19 +240,20 @@ class CudaBackend final : public SamplerBackend {
     cuda::launch_exact_sample(job, 2 * sms_, programmatic_launch_, stream);
   }
 
-  // Stage 2 in its own kernel (a block of 512 threads a row) for calls of at most three rows for
-  // four SMs: a row's stage 2 in the fast kernel's last block (four warps) is then the call's
-  // critical path while most SMs idle. Larger batches keep it in each row's last block, where it
-  // overlaps the later chunks' stage 1 and the rows' stage 2 fill the SMs. H200, V = 151936, graph,
-  // each pair measured side by side: the separate kernel was as fast or faster at every B <= 64
-  // (fp32 B = 1 34.0 -> 25.0 us, B = 32 44.3 -> 39.6, B = 64 50.4 -> 49.9; bf16 B = 64 47.2 ->
-  // 43.7); at B = 96 homogeneous fp32 56.2 -> 56.6, bf16 52.3 -> 50.5, heterogeneous fp32 98.5 ->
-  // 91.9, bf16 95.2 -> 87.8; at B = 128 homogeneous fp32 lost (62.9 -> 65.8) and at 256 and 512
-  // every homogeneous case lost 9-16 % (hetero still gained 2-6 %). A call's shape decides it, never
-  // its data.
+  // Stage 2 in its own kernel (a block of 512 threads a row, one an SM for its registers) for calls
+  // of at most a row an SM: a row's stage 2 in the fast kernel's last block (four warps) is then the
+  // call's critical path while most SMs idle. Larger batches keep it in each row's last block: a
+  // second wave of the separate kernel's blocks costs more than the narrower blocks. H200, V =
+  // 151936, graph, each pair side by side: with the chunks of before, the separate kernel was as fast
+  // or faster at every B <= 64 (fp32 B = 1 34.0 -> 25.0 us, B = 32 44.3 -> 39.6) and at B = 96; with
+  // the one-wave chunks (ca525d3), B = 128 homogeneous fp32 55.1 -> 54.7, bf16 49.8 -> 48.9,
+  // heterogeneous fp32 107.4 -> 103.6, bf16 105.0 -> 99.1, but B = 192 homogeneous fp32 66.6 -> 78.1,
+  // heterogeneous 159.5 -> 168.0, and B = 512 127.9 -> 152.9. Two blocks an SM (64 registers, 216
+  // bytes of spills: SONIC_ROW_STAGE2_MIN_BLOCKS=2) lost 1-2 us at B <= 128 and won nowhere. A
+  // call's shape decides it, never its data.
   bool separate_stage2(const cuda::RowJob& job) const {
     if (forced_separate_rows_ >= 0) return job.rows <= forced_separate_rows_;
-    return 4 * job.rows <= 3 * sms_;
+    return job.rows <= sms_;
   }
 
   // The fast kernel's workspace and shape for a call of `rows` rows of `dtype` logits. As many chunks a

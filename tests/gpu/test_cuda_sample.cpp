@@ -389,7 +389,7 @@ TEST(CudaChunking, SmallVocabularyForcedChunks) {
   }
 }
 
-// Stage 2 runs in the last block of a row or, for small batches (at most three rows for four SMs), in
+// Stage 2 runs in the last block of a row or, for small batches (at most a row an SM), in
 // row_stage2_kernel (512 threads a row): both placements, forced, give the reference's tokens. A small vocabulary for compute-sanitizer, the benchmark's for the real shapes.
 void placements_agree(int32_t V, std::initializer_list<int32_t> batches, int steps) {
   for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16})
