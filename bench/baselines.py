@@ -2,7 +2,10 @@
 
 vLLM-style sampling written from its documented semantics: temperature, sort the vocabulary,
 top-k and top-p masks on the sorted logits, softmax, then the exponential race argmax(p / E).
-Also torch.argmax (greedy) and torch.topk(k=128). FlashInfer is timed when it imports.
+Also torch.argmax (greedy) and torch.topk(k=128). FlashInfer's sampling routes (ANCHORS.md: the
+top-k mask, softmax and top-p route vLLM takes, the joint rejection kernel, its radix top-k, and
+chain_speculative_sampling after the softmax its inputs need) are timed when it imports
+(scripts/flashinfer_wheels.sh fetches the wheels that carry it to the GPU machine).
 Suite "verify" (--suite verify): a rejection sampler written from vLLM's documented semantics
 (target probabilities after temperature / top-k / top-p, accept when u * q(d) <= p(d), recovered
 token from max(p - q, 0), bonus token from the last row), for all-greedy, all-random (one-hot q) and
@@ -59,6 +62,46 @@ def truncated_probs(logits, temp, k, p):
     return torch.empty_like(srt).scatter_(1, idx, srt).softmax(dim=-1)
 
 
+# FlashInfer draws from the generator's state unless given a seed and an offset; reading that state
+# is not allowed inside a CUDA graph capture, so every timed call passes fixed ones.
+FI_RNG = {"seed": 1234, "offset": 0}
+
+
+def flashinfer_sample_routes(fi, temp, k, p):
+    """FlashInfer's top-k/top-p sampling from logits with per-row k and p tensors (fp32 in, as it
+    requires): the top-k mask, softmax and top-p kernel (the route vLLM takes), and the joint
+    rejection kernel over softmax(logits)."""
+    def masked(b):
+        return fi.sampling.top_k_top_p_sampling_from_logits(b.float() / temp[:, None], k, p, **FI_RNG)
+
+    def joint(b):
+        return fi.sampling.top_k_top_p_sampling_from_logits(b.float() / temp[:, None], k, p,
+                                                             filter_apply_order="joint", **FI_RNG)
+    return {"flashinfer-topk-mask-topp": masked, "flashinfer-joint": joint}
+
+
+def flashinfer_chain(fi, B, n, V, temp, drafts, q):
+    """FlashInfer's chain_speculative_sampling with the softmax its inputs need (temperature only: it
+    has no top-k/top-p, penalties or greedy mode). q None: one-hot drafts."""
+    d32 = drafts.to(torch.int32)
+    dq = q if q is not None else torch.zeros(B, n, V, device="cuda").scatter_(2, drafts[..., None], 1.0)
+
+    def chain(b):
+        target = torch.softmax(b.view(B, n + 1, V) / temp.view(B, n + 1, 1), dim=-1)
+        return fi.sampling.chain_speculative_sampling(dq, d32, target, **FI_RNG)[0]
+    return chain
+
+
+def time_or_report(name, fn, bufs):
+    """time_fn, or None with the reason printed (a baseline that fails is reported, never hidden)."""
+    try:
+        return time_fn(fn, bufs)
+    except Exception as e:  # noqa: BLE001
+        print(f"{name}: not timed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+        torch.cuda.synchronize()
+        return None
+
+
 def rejection_sample(logits, drafts, q, temp, k, p, greedy):
     """vLLM-style rejection sampling of B requests with n drafts each. logits [B (n + 1), V] (each
     request's n target rows, then its bonus row), drafts [B, n] int64, q [B, n, V] or None (one-hot).
@@ -88,7 +131,7 @@ def rejection_sample(logits, drafts, q, temp, k, p, greedy):
     return out.scatter_(1, acc[:, None], emitted)
 
 
-def verify_suite(a, emit, gen):
+def verify_suite(a, emit, gen, fi):
     for V in map(int, a.V.split(",")):
         for case in ("all-greedy", "all-random", "dense-q"):
             for n in map(int, a.drafts.split(",")):
@@ -115,6 +158,20 @@ def verify_suite(a, emit, gen):
                         emit("torch-rejection-vllm-style", case, B, V, "fp32", mode, us, floor_us, suite="verify",
                              extra={"drafts": n, "rows": rows})
                     print(f"verify {case:10s} n={n} B={B:4d} torch rejection graph {g_us:9.1f} eager {e_us:9.1f}")
+                    if fi is not None and not greedy:
+                        chain = flashinfer_chain(fi, B, n, V, temp, drafts, q)
+                        fo = chain(bufs[0])
+                        if not bool(((fo >= -1) & (fo < V)).all()):
+                            print(f"flashinfer chain check FAILED at {case} n={n} B={B}")
+                        else:
+                            r = time_or_report("flashinfer-chain", chain, bufs)
+                            if r is not None:
+                                for mode, us in (("graph", r[0]), ("eager", r[1])):
+                                    emit("flashinfer-softmax-chain", case, B, V, "fp32", mode, us, floor_us,
+                                         suite="verify", extra={"drafts": n, "rows": rows})
+                                print(f"verify {case:10s} n={n} B={B:4d} flashinfer softmax+chain graph {r[0]:9.1f} "
+                                      f"eager {r[1]:9.1f}")
+                        del chain
                     del bufs
                     torch.cuda.empty_cache()
 
@@ -181,7 +238,7 @@ def main():
             out.write(json.dumps(line) + "\n")
             out.flush()
         if a.suite == "verify":
-            verify_suite(a, emit, gen)
+            verify_suite(a, emit, gen, fi)
             return
         for V in map(int, a.V.split(",")):
             for dt in a.dtype.split(","):
@@ -213,6 +270,21 @@ def main():
                         emit("torch-topk128", case, B, V, dt, "graph", gt, floor_us, suite="topk")
                         print(f"{case:14s} {dt:5s} {V:7d} {B:4d}  vllm-style graph {g_us:9.1f} eager {e_us:9.1f}"
                               f"  argmax {ga:7.1f}  topk128 {gt:8.1f}  floor {floor_us:6.1f}")
+                        if fi is not None:
+                            for name, fn in flashinfer_sample_routes(fi, temp, k, p).items():
+                                ftok = fn(bufs[0]).long()
+                                if not bool((top == ftok[:, None]).any(dim=-1).all()):
+                                    print(f"{name} check FAILED at {case} {dt} B={B}")
+                                    continue
+                                r = time_or_report(name, fn, bufs)
+                                if r is not None:
+                                    emit(name, case, B, V, dt, "graph", r[0], floor_us)
+                                    emit(name, case, B, V, dt, "eager", r[1], floor_us)
+                                    print(f"{case:14s} {dt:5s} {V:7d} {B:4d}  {name} graph {r[0]:9.1f} eager {r[1]:9.1f}")
+                            r = time_or_report("flashinfer-topk128", lambda b: fi.top_k(b, 128), bufs)
+                            if r is not None:
+                                emit("flashinfer-topk128", case, B, V, dt, "graph", r[0], floor_us, suite="topk")
+                                print(f"{case:14s} {dt:5s} {V:7d} {B:4d}  flashinfer top_k(128) graph {r[0]:9.1f}")
                         del bufs
                         torch.cuda.empty_cache()
 

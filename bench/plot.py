@@ -9,7 +9,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-# ANCHORS.md (same GPU model and protocol, not measured in this run): FlashInfer, V=151936 fp32.
+# ANCHORS.md (same GPU model and protocol, not measured in this run): FlashInfer, V=151936 fp32,
+# drawn only for a run that has no FlashInfer line of its own.
 ANCHOR_FLASHINFER = {
     "homog-peaked": {"flashinfer best: radix top-50 (ANCHORS.md)": [56, 57, 61, 67, 81, 143, 264],
                      "flashinfer per-row k (ANCHORS.md)": [91, 111, 140, 231, 319, 541, 1017]},
@@ -37,7 +38,8 @@ def main():
         for impl in impls:
             pts = sorted((r["B"], r["us"]) for r in rows if r["case"] == case and r["impl"] == impl)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=impl)
-        for label, ys in ANCHOR_FLASHINFER.get(case, {}).items():
+        measured_fi = any(i.startswith("flashinfer") for i in impls)
+        for label, ys in ({} if measured_fi else ANCHOR_FLASHINFER.get(case, {})).items():
             ax.plot(ANCHOR_B, ys, linestyle=":", marker="x", label=label)
         ax.plot(ANCHOR_B, TARGET, linestyle="--", color="k", label="target (homog-peaked)")
         floor = sorted({(r["B"], r["floor_us"]) for r in rows if r["case"] == case})

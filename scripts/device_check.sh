@@ -10,6 +10,7 @@ source "$(dirname "$0")/device_env.sh"
 device_setup sonic_logs logs.tgz
 steps=${*:-tests sanitize}
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+install_carried_wheels  # FlashInfer for the baselines, when .whl is carried
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$L/gpu.txt"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
@@ -41,6 +42,8 @@ if [[ " $steps " == *" bench "* ]]; then
     ${SONIC_BASELINE_ARGS:-} 2>&1 | tee "$L/baselines.log" | tail -60
   log "baselines rc=${PIPESTATUS[0]}"
   python3 bench/plot.py "$OUT/h200.jsonl" "$OUT/h200.png" --commit "$commit" >>"$OUT/summary.txt" 2>&1
+  # FlashInfer's JIT log, when it compiled (or failed to).
+  find "${FLASHINFER_WORKSPACE_BASE:-$HOME}/.cache/flashinfer" -name flashinfer_jit.log -exec cp {} "$L/" \; 2>/dev/null || true
 fi
 if [[ " $steps " == *" topk "* ]]; then
   # Sampler::top_k (k = 128) against torch.topk (the baselines script times it with the sample suite).
@@ -51,7 +54,7 @@ if [[ " $steps " == *" topk "* ]]; then
   [ $r -ne 0 ] && rc=1
 fi
 if [[ " $steps " == *" verify "* ]]; then
-  # Suite verify: sonic and the PyTorch rejection sampler in the same run (ANCHORS.md for FlashInfer).
+  # Suite verify: sonic, the PyTorch rejection sampler and (when it imports) FlashInfer in the same run.
   commit=${SONIC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
   build-gpu/bench/sonic_bench --suite verify --V 151936 --B ${SONIC_VERIFY_B:-1,8,32,64,128,256} \
     --drafts ${SONIC_VERIFY_DRAFTS:-1,3,5,7} --out "$OUT/h200.jsonl" --commit "$commit" --date "$(date -u +%F)" \

@@ -6,6 +6,9 @@
 #   run_gpu_tests BUILD REPORT, run_sanitizers BUILD REPORT: a build's GPU tests (SONIC_TEST_FILTER)
 #   and the four compute-sanitizer tools on its reduced grid (SONIC_SANITIZE_FILTER), each summary
 #   line passed to the command REPORT (echo, or a script's log); they return 1 when anything failed.
+#   install_carried_wheels: the wheels of .whl/ (scripts/flashinfer_wheels.sh fetched them; carry .whl)
+#     into /tmp/carried-site on PYTHONPATH, FlashInfer's JIT set to compile for sm_90 only; a no-op
+#     without .whl/.
 #   build_timeline JOBS: build-timeline, sonic_bench with the kernels' phase timestamps (extra CMake
 #     options in SONIC_TIMELINE_CMAKE, e.g. -DSONIC_TIMELINE_WARM_CODE=ON).
 device_setup() {
@@ -36,6 +39,14 @@ run_sanitizers() {
     [ $r -eq 0 ] || rc=1
   done
   return $rc
+}
+
+install_carried_wheels() {
+  compgen -G ".whl/*.whl" >/dev/null || return 0
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/carried-site \
+    .whl/*.whl >"$L/wheels_install.log" 2>&1 || { echo "carried wheels: install FAILED"; tail -5 "$L/wheels_install.log"; return 1; }
+  export PYTHONPATH="/tmp/carried-site${PYTHONPATH:+:$PYTHONPATH}" FLASHINFER_CUDA_ARCH_LIST="9.0"
+  echo "carried wheels installed: $(ls .whl | tr '\n' ' ')"
 }
 
 build_timeline() {

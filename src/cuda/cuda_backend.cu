@@ -249,7 +249,7 @@ class CudaBackend final : public SamplerBackend {
   // the one-wave chunks (ca525d3), B = 128 homogeneous fp32 55.1 -> 54.7, bf16 49.8 -> 48.9,
   // heterogeneous fp32 107.4 -> 103.6, bf16 105.0 -> 99.1, but B = 192 homogeneous fp32 66.6 -> 78.1,
   // heterogeneous 159.5 -> 168.0, and B = 512 127.9 -> 152.9. Two blocks an SM (64 registers, 216
-  // bytes of spills: SONIC_ROW_STAGE2_MIN_BLOCKS=2) lost 1-2 us at B <= 128 and won nowhere. A
+  // bytes of spills; ca525d3's switch, since removed) lost 1-2 us at B <= 128 and won nowhere. A
   // call's shape decides it, never its data.
   bool separate_stage2(const cuda::RowJob& job) const {
     if (forced_separate_rows_ >= 0) return job.rows <= forced_separate_rows_;

@@ -17,10 +17,7 @@
 namespace sonic::cuda {
 namespace {
 
-#ifndef SONIC_ROW_STAGE2_MIN_BLOCKS
-#define SONIC_ROW_STAGE2_MIN_BLOCKS 1
-#endif
-__global__ void __launch_bounds__(kRowStage2Threads, SONIC_ROW_STAGE2_MIN_BLOCKS) row_stage2_kernel(RowJob job) {
+__global__ void __launch_bounds__(kRowStage2Threads) row_stage2_kernel(RowJob job) {
   __shared__ Stage2Shared<kRowStage2Threads> sh;
   const int32_t r = blockIdx.x;
   if (job.top_k.k > 0) {  // Sampler::top_k: no request
