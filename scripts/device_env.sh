@@ -8,7 +8,9 @@
 #   line passed to the command REPORT (echo, or a script's log); they return 1 when anything failed.
 #   install_carried_wheels: the wheels of .whl/ (scripts/flashinfer_wheels.sh fetched them; carry .whl)
 #     into /tmp/carried-site on PYTHONPATH, FlashInfer's JIT set to compile for sm_90 only; a no-op
-#     without .whl/.
+#     without .whl/. A carried .fi-cache/ (FlashInfer's JIT cache from an earlier call's
+#     $OUT/fi-cache.tgz, about 35 MB) is its workspace, touched newer than the fresh install so that
+#     ninja keeps the compiled modules (about 100 s of compiling otherwise).
 #   build_timeline JOBS: build-timeline, sonic_bench with the kernels' phase timestamps (extra CMake
 #     options in SONIC_TIMELINE_CMAKE, e.g. -DSONIC_TIMELINE_WARM_CODE=ON).
 device_setup() {
@@ -46,6 +48,11 @@ install_carried_wheels() {
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/carried-site \
     .whl/*.whl >"$L/wheels_install.log" 2>&1 || { echo "carried wheels: install FAILED"; tail -5 "$L/wheels_install.log"; return 1; }
   export PYTHONPATH="/tmp/carried-site${PYTHONPATH:+:$PYTHONPATH}" FLASHINFER_CUDA_ARCH_LIST="9.0"
+  if [ -d .fi-cache ]; then
+    export FLASHINFER_WORKSPACE_BASE="$PWD/.fi-cache"
+    find .fi-cache -name "*.o" -exec touch {} +
+    sleep 1 && find .fi-cache -name "*.so" -exec touch {} +
+  fi
   echo "carried wheels installed: $(ls .whl | tr '\n' ' ')"
 }
 
