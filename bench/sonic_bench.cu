@@ -295,7 +295,12 @@ int bench_verify(const Args& a, FILE* out, const std::string& gpu, cudaStream_t 
     sonic::SamplerConfig ccfg = cfg;
     ccfg.backend = sonic::Backend::kCpu;
     sonic::Sampler reference(ccfg);
-    for (const std::string& cname : {std::string("all-greedy"), std::string("all-random"), std::string("mixed")}) {
+    // The cases --case names among these three, or all three.
+    std::vector<std::string> cases;
+    for (const char* c : {"all-greedy", "all-random", "mixed"})
+      if (std::find(a.cases.begin(), a.cases.end(), c) != a.cases.end()) cases.push_back(c);
+    if (cases.empty()) cases = {"all-greedy", "all-random", "mixed"};
+    for (const std::string& cname : cases) {
       for (int n : a.drafts) {
         for (int B : a.batches) {
           const int rows = B * (n + 1);
