@@ -42,8 +42,10 @@ if [[ " $steps " == *" bench "* ]]; then
     ${SONIC_BASELINE_ARGS:-} 2>&1 | tee "$L/baselines.log" | tail -60
   log "baselines rc=${PIPESTATUS[0]}"
   python3 bench/plot.py "$OUT/h200.jsonl" "$OUT/h200.png" --commit "$commit" >>"$OUT/summary.txt" 2>&1
-  # FlashInfer's JIT log, when it compiled (or failed to).
+  # FlashInfer's JIT log, when it compiled (or failed to), and its compiled modules for later calls to
+  # carry as .fi-cache (README, GPU tests) when this call compiled them.
   find "${FLASHINFER_WORKSPACE_BASE:-$HOME}/.cache/flashinfer" -name flashinfer_jit.log -exec cp {} "$L/" \; 2>/dev/null || true
+  [ -d .fi-cache ] || [ ! -d "$HOME/.cache/flashinfer" ] || tar czf "$OUT/fi-cache.tgz" -C "$HOME" .cache/flashinfer
 fi
 if [[ " $steps " == *" topk "* ]]; then
   # Sampler::top_k (k = 128) against torch.topk (the baselines script times it with the sample suite).
