@@ -62,7 +62,20 @@ struct Case {
   bool peaked;
   bool hetero;
   bool top_p_only;  // "topp-*" (not in BENCH.md): T 1, top-p 0.9 alone; flat rows take the exact path
+  int kind = -1;    // "hetero-kindK-*" (not in BENCH.md): every row is the heterogeneous batch's kind K
+  // The heterogeneous batch's kind of row r (0 greedy; 1 top-k/top-p, penalties; 2 top-k/min-p,
+  // bitmask; 3 joint top-k/top-p, penalties), or kind K for every row.
+  int row_kind(int r) const { return kind >= 0 ? kind : r % 4; }
 };
+
+// Parses a case name.
+Case parse_case(const std::string& name) {
+  Case c{name, name.find("peaked") != std::string::npos, name.find("hetero") != std::string::npos,
+         name.rfind("topp", 0) == 0};
+  const size_t at = name.find("-kind");
+  if (c.hetero && at != std::string::npos && at + 5 < name.size()) c.kind = (name[at + 5] - '0') & 3;
+  return c;
+}
 
 struct Args {
   std::string out = "bench.jsonl";
@@ -95,6 +108,8 @@ std::vector<std::string> split(const std::string& s) {
 // a quarter greedy, the rest mixed top-k / top-p / min-p, half with penalties over 1000 history
 // tokens, a logit bias of 20 tokens; a grammar bitmask (random half of the vocabulary) on a quarter.
 // The topp cases time the exact path: top-p 0.9 alone on flat logits keeps most of the vocabulary.
+// The hetero-kindK cases give every row the heterogeneous batch's kind K (its rules too), to tell
+// which kind costs what.
 sonic::RequestParams row_params(const Case& c, int r, int32_t V, std::mt19937_64& rng, std::vector<int32_t>* prompt) {
   sonic::RequestParams p;
   p.seed = 1000 + r;
@@ -110,13 +125,14 @@ sonic::RequestParams row_params(const Case& c, int r, int32_t V, std::mt19937_64
     p.top_p = 0.9f;
     return p;
   }
-  switch (r % 4) {
+  const int kind = c.row_kind(r);
+  switch (kind) {
     case 0: p.temperature = 0.0f; break;
     case 1: p.temperature = 0.7f; p.top_k = 50; p.top_p = 0.9f; break;
     case 2: p.temperature = 1.0f; p.top_k = 20; p.min_p = 0.05f; break;
     default: p.temperature = 0.8f; p.top_k = 100; p.top_p = 0.95f; p.top_p_joint = true; break;
   }
-  if (r % 2 == 1) {
+  if (kind % 2 == 1) {
     p.repetition_penalty = 1.1f;
     p.frequency_penalty = 0.2f;
     p.presence_penalty = 0.1f;
@@ -493,8 +509,7 @@ int main(int argc, char** argv) {
     for (const std::string& dtype : a.dtypes) {
       const size_t elem = dtype == "fp32" ? 4 : 2;
       for (const std::string& cname : a.cases) {
-        const Case c{cname, cname.find("peaked") != std::string::npos, cname.find("hetero") != std::string::npos,
-                     cname.rfind("topp", 0) == 0};
+        const Case c = parse_case(cname);
         for (int B : a.batches) {
           // Requests.
           std::mt19937_64 rng(B * 7919 + V);
@@ -527,7 +542,7 @@ int main(int argc, char** argv) {
           if (c.hetero) {
             h_mask.resize(static_cast<size_t>(B) * words);
             for (auto& w : h_mask) w = static_cast<int32_t>(rng());
-            for (int r = 0; r < B; ++r) h_mask_index[r] = r % 4 == 2 ? r : -1;
+            for (int r = 0; r < B; ++r) h_mask_index[r] = c.row_kind(r) == 2 ? r : -1;
             CHECK_CUDA(cudaMalloc(&mask, h_mask.size() * 4));
             CHECK_CUDA(cudaMalloc(&mask_index, B * 4));
             CHECK_CUDA(cudaMemcpy(mask, h_mask.data(), h_mask.size() * 4, cudaMemcpyHostToDevice));
