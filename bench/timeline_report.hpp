@@ -38,7 +38,19 @@ struct Phases {
   double resolution = 0;                          // smallest nonzero difference between two marks seen
   double value[kTimelineValues] = {};             // the values of the row done last (timeline.cuh)
   double stage2_ghz = 0;                          // its SM's clock rate through stage 2
+  // When the fast kernel's blocks counted their chunks: percentiles over the blocks, and the mean
+  // over the blocks of SMs that ran 1, 2, ... kMaxPerSm of them in the call (with one wave, the
+  // blocks an SM held at once), with how many SMs ran that many.
+  static constexpr int kMaxPerSm = 8;
+  double chunk_p10 = 0, chunk_p50 = 0, chunk_p90 = 0;
+  double chunk_by_load[kMaxPerSm + 1] = {}, sms_by_load[kMaxPerSm + 1] = {};
 };
+
+inline double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+}
 
 // fast, exact, wide: the tables of the fast kernel, the exact kernel and row_stage2_kernel.
 inline Phases phases_of(const std::vector<unsigned long long>& fast, const std::vector<unsigned long long>& exact,
@@ -75,6 +87,31 @@ inline Phases phases_of(const std::vector<unsigned long long>& fast, const std::
     }
   }
   p.last_chunk = us(last_chunk);
+  {  // the spread of chunk ends, and by how many blocks their SM ran
+    std::vector<double> ends;
+    std::vector<int> per_sm(1024, 0);
+    for (int b = 0; b < kTimelineBlocks; ++b) {
+      if (!at(fast, b, kMarkChunkDone)) continue;
+      ends.push_back(us(at(fast, b, kMarkChunkDone)));
+      const unsigned long long sm = at(fast, b, kTimelineMarks + kValueSm);
+      if (sm && sm <= per_sm.size()) ++per_sm[sm - 1];
+    }
+    p.chunk_p10 = percentile(ends, 0.1);
+    p.chunk_p50 = percentile(ends, 0.5);
+    p.chunk_p90 = percentile(ends, 0.9);
+    double n_by_load[Phases::kMaxPerSm + 1] = {};
+    for (int b = 0; b < kTimelineBlocks; ++b) {
+      const unsigned long long sm = at(fast, b, kTimelineMarks + kValueSm);
+      if (!at(fast, b, kMarkChunkDone) || !sm || sm > per_sm.size()) continue;
+      const int load = std::min(per_sm[sm - 1], Phases::kMaxPerSm);
+      p.chunk_by_load[load] += us(at(fast, b, kMarkChunkDone));
+      n_by_load[load] += 1;
+    }
+    for (int l = 1; l <= Phases::kMaxPerSm; ++l) {
+      if (n_by_load[l] > 0) p.chunk_by_load[l] /= n_by_load[l];
+      p.sms_by_load[l] = n_by_load[l] / l;
+    }
+  }
   // Stage 2 ran in row_stage2_kernel when its table has marks: the row done last there, its first
   // phase counted from the last chunk's end (it includes the launch gap).
   const std::vector<unsigned long long>* rows = &fast;
@@ -191,6 +228,14 @@ void report(const std::string& label, int calls, int nbuf, Call call) {
     }
     std::printf("\n");
   }
+  std::printf("  chunk counted (over the blocks): p10 +%.2f, p50 +%.2f, p90 +%.2f, last +%.2f; mean by the blocks their SM ran:",
+              field(&Phases::chunk_p10), field(&Phases::chunk_p50), field(&Phases::chunk_p90), field(&Phases::last_chunk));
+  for (int l = 1; l <= Phases::kMaxPerSm; ++l) {
+    const double sms = med([l](const Phases& p) { return p.sms_by_load[l]; });
+    if (sms > 0)
+      std::printf(" %d: +%.2f (%.0f SMs)", l, med([l](const Phases& p) { return p.chunk_by_load[l]; }), sms);
+  }
+  std::printf("\n");
   using namespace sonic::cuda;
   auto value = [&](int v) { return med([v](const Phases& p) { return p.value[v]; }); };
   std::printf("  that row: %.0f candidates, %.0f at or above the bound, a prefix of %.0f, %.0f kept; SM clock %.2f GHz in stage 2\n",

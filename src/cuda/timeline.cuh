@@ -49,6 +49,7 @@ enum TimelineValue : int {
   kValueKept,        // the kept set
   kValueClockStage2, // the SM's clock64 at kMarkStage2 and at kMarkExit (with the marks: its clock rate)
   kValueClockExit,
+  kValueSm,          // 1 + the SM the block ran on (written at kMarkEntry)
   kTimelineValues
 };
 constexpr int kTimelineColumns = kTimelineMarks + kTimelineValues;  // a block's row of the table
@@ -81,6 +82,11 @@ __device__ __forceinline__ void timeline_mark(int mark) {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     if (block < kTimelineBlocks) timeline_ns[block][mark] = t;
+    if (mark == kMarkEntry && block < kTimelineBlocks) {
+      unsigned sm;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+      timeline_ns[block][kTimelineMarks + kValueSm] = sm + 1ull;
+    }
   }
 #else
   (void)mark;
