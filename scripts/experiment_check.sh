@@ -9,7 +9,8 @@
 # (SONIC_TIMELINE_ARGS, built in the background meanwhile). Results: $OUT/h200_new.jsonl,
 # $OUT/h200_ref.jsonl and one file a further tree, named after it without its dots (commit
 # "unknown": label them when appending to bench/results), logs in $OUT/*.tgz.
-# SONIC_EXPERIMENT_STEPS picks steps (default "bench tests sanitize timeline").
+# SONIC_EXPERIMENT_STEPS picks steps (default "bench tests sanitize timeline"); SONIC_VARIANT_VERIFY adds
+# the verify suite to the bench step.
 set -uo pipefail
 ref=${1:?usage: scripts/experiment_check.sh REF_TREE [TREE ...]}
 shift
@@ -37,6 +38,12 @@ for v in "${trees[@]}"; do
     "$dir/bench/sonic_bench" --suite topk --k 128 --V 151936 --dtype fp32,bf16 --out "$OUT/h200_$name.jsonl" \
       >"$L/topk_$name.log" 2>&1
     grep -E "^topk" "$L/topk_$name.log" | sed "s/^/$name /"
+    # SONIC_VARIANT_VERIFY: sonic_bench's verify suite too, with these arguments (for example
+    # "--case all-random --V 151936 --B 1,8,32 --drafts 1,3,7").
+    if [ -n "${SONIC_VARIANT_VERIFY:-}" ]; then
+      "$dir/bench/sonic_bench" --suite verify $SONIC_VARIANT_VERIFY --out "$OUT/h200_$name.jsonl" >"$L/verify_$name.log" 2>&1
+      grep -E "^all-|^mixed" "$L/verify_$name.log" | sed "s/^/$name verify /"
+    fi
   fi
 done
 rc=0
