@@ -689,8 +689,7 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
     const bool survives = zt >= min_z;
     if (joint || survives) total += wt;
     if (survives) {  // (only the buckets above the cut's read the bound: all their tokens survive)
-      const float g = detail::gumbel_from_uniform_fast(
-          detail::uniform_from_word(detail::random_word(seed, step, purpose, static_cast<uint32_t>(t))));
+      const float g = gumbel_fast(seed, step, purpose, t);
       atomicMax(&h_best[b], detail::order_bits(__fadd_ru(zt, g)));  // >= the double sum draw_kept forms
     }
   });
@@ -775,8 +774,7 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
     if (b == b_c) {
       gathered[atomicAdd(&sh.gather_count, 1)] = k;
     } else if (b > b_c && take[b]) {
-      const float g = detail::gumbel_from_uniform_fast(
-          detail::uniform_from_word(detail::random_word(seed, step, purpose, static_cast<uint32_t>(t))));
+      const float g = gumbel_fast(seed, step, purpose, t);
       if (static_cast<double>(zt) + static_cast<double>(g) >= reach) {
         const int32_t i = atomicAdd(&sh.split_back, 1);
         if (i < room) gathered[kSplitGatherKeys - 1 - i] = k;
