@@ -89,7 +89,7 @@ struct Args {
   std::string suite = "sample";  // or "topk": Sampler::top_k with k = --k; or "verify"
   int k = 128;
   std::vector<int> drafts = {1, 3, 5, 7};
-  int timeline = 0;  // suite sample, builds with SONIC_TIMELINE: calls whose kernel phases are reported
+  int timeline = 0;  // suites sample and verify, builds with SONIC_TIMELINE: calls whose kernel phases are reported
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -427,6 +427,11 @@ int bench_verify(const Args& a, FILE* out, const std::string& gpu, cudaStream_t 
           double graph_us = 0.0, eager_us = 0.0;
           if (mism <= 1) std::tie(graph_us, eager_us) = time_calls(stream, nbuf, a.graph_replays, call);
           else ++failures;
+#if SONIC_TIMELINE
+          if (a.timeline > 0 && graph_us > 0)
+            timeline::report(cname + " n=" + std::to_string(n) + " V=" + std::to_string(V) + " B=" + std::to_string(B),
+                             a.timeline, nbuf, call);
+#endif
           const double floor_us = 1e6 * static_cast<double>(bytes) / kReadBandwidth;
           std::printf("%-14s n=%d %7d %4d %10.2f %10.2f %9.2f %6.0f%%  %s\n", cname.c_str(), n, V, B, graph_us, eager_us,
                       floor_us, graph_us > 0 ? 100.0 * floor_us / graph_us : 0.0,
