@@ -687,7 +687,8 @@ __device__ __forceinline__ float token_logprob(const RowJob& job, int32_t r, con
 // Stage 2 for row r (the whole block).
 template <int Threads>
 __device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro, const RowKind& k, const VerifyRow& w,
-                            int kept, double kept_sum, float zm, int32_t token, Stage2Shared<Threads>& sh);
+                            int kept, double kept_sum, float zm, int32_t token, bool early_correction,
+                            Stage2Shared<Threads>& sh);
 
 template <int Threads>
 __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const RowPrologue& pro, const RowKind& k,
@@ -722,6 +723,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
   if (verifying && k.untruncated && w.rule != static_cast<int32_t>(VerifyRule::kStrict)) exact = true;
   const float T = p.temperature;
   const float zm = pro.greedy ? mx : detail::apply_temperature(mx, T);
+  const bool correction_only = verifying && !pro.greedy && w.rule != static_cast<int32_t>(VerifyRule::kStrict);
 
   int kept = 0;
   double kept_sum = 1.0;
@@ -744,8 +746,13 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     const bool top_k_on = p.top_k > 0 && p.top_k < V;
     const int32_t want = top_k_on ? max(p.top_k, n_top) : 0;
     const bool with_x = prefix_ranks && job.mode == LogprobMode::kRaw;
+    // The early noise is the one the row's draw uses: kind 0 at its position, except for random-rule
+    // verification rows, which never emit their kind-0 sample (they emit their draft, or a kind-2
+    // sample at their position: the bonus token or the residual's), so theirs is kind 2 and their
+    // kind-0 draw is skipped.
     const SampleNoise noise{kEarlyNoise<Threads>, p.seed, kEarlyNoise<Threads> ? tab.step[slot] : 0ull,
-                            detail::purpose(detail::Draw::kSampling, pro.position)};
+                            correction_only ? detail::purpose(detail::Draw::kCorrection, static_cast<uint32_t>(w.j))
+                                            : detail::purpose(detail::Draw::kSampling, pro.position)};
     // Top-p alone (every valid token survives steps 6-7): the kept set lies in the prefix only if its
     // mass reaches decide_kept's target, top_p * sum_all; 1e-9 below it covers the sums' orders.
     const bool top_p_alone = p.top_p < 1.0f && p.min_p <= 0.0f && !top_k_on && n_top == 0;
@@ -778,7 +785,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
       timeline_value(kValueKept, kept);
       if (kept <= 0) {
         exact = true;
-      } else {
+      } else if (!correction_only) {
         kept_sum = sh.cum[kept - 1];
         // Gumbel-max over the kept set, noise in double exactly as the reference draws it.
         const uint32_t purpose = detail::purpose(detail::Draw::kSampling, pro.position);
@@ -791,6 +798,8 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
         }
         token = block_best<Threads>(local, sh.temp.best).token;
         timeline_mark(kMarkSampled);
+      } else {
+        kept_sum = sh.cum[kept - 1];
       }
     }
   }
@@ -804,7 +813,10 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
   }
   __syncthreads();  // sh.sorted[0] of greedy rows
   if (verifying) {
-    verdict_row(job, r, pro, k, w, kept, kept_sum, zm, token, sh);
+    // A random-rule row settled here is truncated (untruncated ones took the exact path): its prefix
+    // was gathered with kind-2 early noise.
+    const bool early_correction = kEarlyNoise<Threads> && correction_only && k.truncated;
+    verdict_row(job, r, pro, k, w, kept, kept_sum, zm, token, early_correction, sh);
     return;
   }
 
@@ -841,10 +853,13 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
 
 // The row verdict of a settled verification row (docs/design-verify.md). The kept set is
 // sh.sorted[0, kept) (z keys; greedy rows: the argmax alone) with p_i = exp(z_i - zm) / kept_sum;
-// token is the row's kind-0 sample at its position (greedy rows: the argmax).
+// token is the row's kind-0 sample at its position (greedy rows: the argmax; strict rows only: the
+// other rules never emit it). With early_correction, sh.early.noise[i] is the kind-2 noise of
+// sorted[i] at the row's position, drawn while the prefix was sorted.
 template <int Threads>
 __device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro, const RowKind& k, const VerifyRow& w,
-                            int kept, double kept_sum, float zm, int32_t token, Stage2Shared<Threads>& sh) {
+                            int kept, double kept_sum, float zm, int32_t token, bool early_correction,
+                            Stage2Shared<Threads>& sh) {
   const VerifyJob& v = job.verify;
   const SlotParams& p = pro.p;
   const int tid = threadIdx.x;
@@ -857,16 +872,17 @@ __device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro
     return static_cast<float>(exp(static_cast<double>(detail::key_value(sh.sorted[i])) - static_cast<double>(zm)) /
                               kept_sum);
   };
-  // Gumbel-max over the kept set with kind-2 noise at position `pos`; `score_of` gives the base
-  // score of kept token i (or -inf to leave it out).
-  auto correction = [&](uint32_t pos, auto&& score_of) {
-    const uint32_t purpose = detail::purpose(detail::Draw::kCorrection, pos);
+  // Gumbel-max over the kept set with kind-2 noise at the row's position j; `score_of` gives the
+  // base score of kept token i (or -inf to leave it out).
+  auto correction = [&](auto&& score_of) {
+    const uint32_t purpose = detail::purpose(detail::Draw::kCorrection, static_cast<uint32_t>(j));
     ArgMaxD local{0.0, -1};
     for (int i = tid; i < kept; i += Threads) {
       const double s = score_of(i);
       if (!(s > -INFINITY)) continue;
       const int32_t t = detail::key_token(sh.sorted[i]);
-      local = better(local, ArgMaxD{s + gumbel_exact(p.seed, step, purpose, t), t});
+      const double g = early_correction ? sh.early.noise[i] : gumbel_exact(p.seed, step, purpose, t);
+      local = better(local, ArgMaxD{s + g, t});
     }
     const int32_t out = block_best<Threads>(local, sh.temp.best).token;
     __syncthreads();  // the slots may be used again
@@ -879,7 +895,7 @@ __device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro
     emit = token;
     stop = j == w.n || dj != token;
   } else if (j == w.n) {
-    emit = correction(static_cast<uint32_t>(j), z_score);  // the bonus token: a kind-2 sample of p_n
+    emit = correction(z_score);  // the bonus token: a kind-2 sample of p_n
     stop = 1;
   } else {
     // p_j(d_j): d_j's place in the kept set, if any.
@@ -897,11 +913,11 @@ __device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro
       stop = 0;
     } else {
       // The residual max(0, p - q) in fp32, sampled as argmax(log r + G); empty: a sample of p_j.
-      emit = correction(static_cast<uint32_t>(j), [&](int i) {
+      emit = correction([&](int i) {
         const float rr = detail::sub_rn(prob(i), draft_prob(v, w.rule, d, dj, detail::key_token(sh.sorted[i])));
         return rr > 0.0f ? log(static_cast<double>(rr)) : -static_cast<double>(INFINITY);
       });
-      if (emit < 0) emit = correction(static_cast<uint32_t>(j), z_score);
+      if (emit < 0) emit = correction(z_score);
       stop = 1;
     }
   }
