@@ -46,14 +46,16 @@ struct RowPrologue {
   }
 
   // Steps 1-4 for token t of a row of slot `slot` with parameters p, bitmask row `mask` (or null)
-  // and drafts d_0..d_{n_prev-1} before it that count as output tokens (verification).
+  // and drafts d_0..d_{n_prev-1} before it that count as output tokens (verification). A caller that
+  // knows the token list does not name t passes maybe_listed = false: the list's binary search (a
+  // chain of about five dependent loads) is then skipped.
   __device__ static __forceinline__ float token_rules(const SlotTableView& tab, const SlotParams& p, int32_t slot,
                                                       const int32_t* mask, const int32_t* prev_drafts,
-                                                      int32_t n_prev, int32_t t, float x) {
+                                                      int32_t n_prev, int32_t t, float x, bool maybe_listed = true) {
     if (mask && !detail::bitmask_allows(mask, t)) return -INFINITY;
     float bias = 0.0f;
     if (p.list_count > 0) {
-      const int32_t i = list_find(tab, slot, p.list_count, t);
+      const int32_t i = maybe_listed ? list_find(tab, slot, p.list_count, t) : -1;
       const int64_t at = static_cast<int64_t>(slot) * tab.list_capacity + i;
       const uint8_t kind = i >= 0 ? tab.list_kind[at] : 0;
       if (kind & kListBanned) return -INFINITY;
