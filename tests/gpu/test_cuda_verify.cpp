@@ -104,6 +104,15 @@ SamplerConfig config(Backend backend, int32_t V, int32_t B, int32_t rows) {
   return cfg;
 }
 
+// Admits every request of the case into both samplers (slot b: request b).
+void admit_case(const VerifyCase& c, Sampler& gpu, Sampler& cpu) {
+  for (size_t b = 0; b < c.params.size(); ++b) {
+    const int32_t slot = static_cast<int32_t>(b);
+    gpu.admit(slot, c.params[b], c.prompts[b].data(), static_cast<int64_t>(c.prompts[b].size()));
+    cpu.admit(slot, c.params[b], c.prompts[b].data(), static_cast<int64_t>(c.prompts[b].size()));
+  }
+}
+
 struct Result {
   std::vector<int32_t> tokens, accepted, status, rank, top_ids;
   std::vector<float> logprob, top_logprobs;
@@ -238,10 +247,7 @@ TEST_P(CudaVerify, MatchesReferenceTokenForToken) {
     const VerifyCase c = make_case(rng, shape.V, B, shape.dtype);
     Sampler gpu(config(Backend::kCuda, shape.V, B, c.rows.rows));
     Sampler cpu(config(Backend::kCpu, shape.V, B, c.rows.rows));
-    for (int32_t b = 0; b < B; ++b) {
-      gpu.admit(b, c.params[b], c.prompts[b].data(), static_cast<int64_t>(c.prompts[b].size()));
-      cpu.admit(b, c.params[b], c.prompts[b].data(), static_cast<int64_t>(c.prompts[b].size()));
-    }
+    admit_case(c, gpu, cpu);
     const sonic::LogprobMode mode = static_cast<sonic::LogprobMode>(round % 3);
     // Two calls: the second one reads the state the first one committed.
     for (int call = 0; call < 2; ++call) {
@@ -271,10 +277,7 @@ TEST(CudaVerifyHistory, FillsUpLikeReference) {
     SamplerConfig gcfg = config(Backend::kCuda, V, B, c.rows.rows), ccfg = config(Backend::kCpu, V, B, c.rows.rows);
     gcfg.max_history = ccfg.max_history = max_history;
     Sampler gpu(gcfg), cpu(ccfg);
-    for (int32_t b = 0; b < B; ++b) {
-      gpu.admit(b, c.params[b], c.prompts[b].data(), static_cast<int64_t>(c.prompts[b].size()));
-      cpu.admit(b, c.params[b], c.prompts[b].data(), static_cast<int64_t>(c.prompts[b].size()));
-    }
+    admit_case(c, gpu, cpu);
     int disagreements = 0, full = 0;
     for (int call = 0; call < 3; ++call) {
       const Result g = run(gpu, c, sonic::LogprobMode::kRaw), want = run(cpu, c, sonic::LogprobMode::kRaw);
@@ -300,10 +303,7 @@ TEST(CudaVerifyLogprobs, RanksAndTopNMatchReference) {
     SamplerConfig gc = config(Backend::kCuda, V, B, c.rows.rows), cc = config(Backend::kCpu, V, B, c.rows.rows);
     gc.max_top_logprobs = cc.max_top_logprobs = kTop;
     Sampler gpu(gc), cpu(cc);
-    for (int32_t b = 0; b < B; ++b) {
-      gpu.admit(b, c.params[b], c.prompts[b].data(), static_cast<int64_t>(c.prompts[b].size()));
-      cpu.admit(b, c.params[b], c.prompts[b].data(), static_cast<int64_t>(c.prompts[b].size()));
-    }
+    admit_case(c, gpu, cpu);
     const sonic::LogprobMode mode = static_cast<sonic::LogprobMode>(round % 3);
     const Result g = run(gpu, c, mode, kTop), want = run(cpu, c, mode, kTop);
     const int32_t W = kMaxDrafts + 1;
