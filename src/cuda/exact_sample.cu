@@ -358,7 +358,10 @@ __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& 
     if (p.min_p > 0.0f) cut = max(cut, threshold_cut(min_p_threshold(m, p.min_p)));
     if (p.top_k > 0 && p.top_k < V) {
       int c = 0;
-      for (int32_t t = threadIdx.x; t < V; t += kBlock) c += z_key(t) >= cut && z_key(t) != 0;
+      for (int32_t t = threadIdx.x; t < V; t += kBlock) {
+        const unsigned long long key = z_key(t);
+        c += key >= cut && key != 0;
+      }
       c = block_sum_i32(c, sh);
       if (p.top_k < c)
         cut = max(cut, BlockSelect<kBlock>::select_desc(V, static_cast<unsigned long long>(p.top_k), z_key,
