@@ -786,8 +786,10 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
       timeline_value(kValueKept, kept);
       if (kept <= 0) {
         exact = true;
-      } else if (!correction_only) {
+      } else {
         kept_sum = sh.cum[kept - 1];
+      }
+      if (kept > 0 && !correction_only) {
         // Gumbel-max over the kept set, noise in double exactly as the reference draws it.
         const uint32_t purpose = detail::purpose(detail::Draw::kSampling, pro.position);
         const uint64_t step = tab.step[slot];
@@ -799,8 +801,6 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
         }
         token = block_best<Threads>(local, sh.temp.best).token;
         timeline_mark(kMarkSampled);
-      } else {
-        kept_sum = sh.cum[kept - 1];
       }
     }
   }
