@@ -69,6 +69,7 @@ struct Stage2Shared {
   int32_t at;      // index of the row's token in `sorted`
   int32_t rank;
   int32_t kept;
+  int32_t draft_at;  // verification: index of the row's draft token in `sorted` (-1: not kept)
   double kept_sum;
   int32_t hist[Threads];
   float tau;
@@ -785,8 +786,10 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
       timeline_value(kValueKept, kept);
       if (kept <= 0) {
         exact = true;
-      } else if (!correction_only) {
+      } else {
         kept_sum = sh.cum[kept - 1];
+      }
+      if (kept > 0 && !correction_only) {
         // Gumbel-max over the kept set, noise in double exactly as the reference draws it.
         const uint32_t purpose = detail::purpose(detail::Draw::kSampling, pro.position);
         const uint64_t step = tab.step[slot];
@@ -798,8 +801,6 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
         }
         token = block_best<Threads>(local, sh.temp.best).token;
         timeline_mark(kMarkSampled);
-      } else {
-        kept_sum = sh.cum[kept - 1];
       }
     }
   }
@@ -811,6 +812,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     }
     return;
   }
+  if (tid == 0) sh.draft_at = -1;  // verdict_row's search, ordered before it by this barrier
   __syncthreads();  // sh.sorted[0] of greedy rows
   if (verifying) {
     // A random-rule row settled here is truncated (untruncated ones took the exact path): its prefix
@@ -898,14 +900,12 @@ __device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro
     emit = correction(z_score);  // the bonus token: a kind-2 sample of p_n
     stop = 1;
   } else {
-    // p_j(d_j): d_j's place in the kept set, if any.
-    if (tid == 0) sh.kept = -1;
-    __syncthreads();
+    // p_j(d_j): d_j's place in the kept set, if any (tokens are distinct: at most one thread
+    // writes; sh.draft_at was reset before stage2_row's last barrier, so one barrier here).
     for (int i = tid; i < kept; i += Threads)
-      if (detail::key_token(sh.sorted[i]) == dj) sh.kept = i;
+      if (detail::key_token(sh.sorted[i]) == dj) sh.draft_at = i;
     __syncthreads();
-    const int at = sh.kept;
-    __syncthreads();
+    const int at = sh.draft_at;
     const float pd = at >= 0 ? prob(at) : 0.0f;
     const float qd = draft_prob(v, w.rule, d, dj, dj);
     if (accepts(p.seed, step, j, pd, qd)) {

@@ -104,6 +104,15 @@ SamplerConfig config(Backend backend, int32_t V, int32_t B, int32_t rows) {
   return cfg;
 }
 
+// Admits every request of the case into both samplers (slot b: request b).
+void admit_case(const VerifyCase& c, Sampler& gpu, Sampler& cpu) {
+  for (size_t b = 0; b < c.params.size(); ++b) {
+    const int32_t slot = static_cast<int32_t>(b);
+    gpu.admit(slot, c.params[b], c.prompts[b].data(), static_cast<int64_t>(c.prompts[b].size()));
+    cpu.admit(slot, c.params[b], c.prompts[b].data(), static_cast<int64_t>(c.prompts[b].size()));
+  }
+}
+
 struct Result {
   std::vector<int32_t> tokens, accepted, status, rank, top_ids;
   std::vector<float> logprob, top_logprobs;
@@ -196,6 +205,37 @@ struct Shape {
   DType dtype;
 };
 
+// The requests of one call on which the GPU's tokens, accepted counts or row statuses differ from the
+// reference's (each shown); logprobs of equal tokens must agree within 2e-3 relative.
+int count_disagreements(const VerifyCase& c, const Result& g, const Result& want, const std::string& label) {
+  const int32_t B = static_cast<int32_t>(c.params.size());
+  int disagreements = 0;
+  for (int32_t b = 0; b < B; ++b) {
+    bool same = g.accepted[b] == want.accepted[b];
+    for (int32_t i = 0; i <= kMaxDrafts; ++i) {
+      same &= g.tokens[b * (kMaxDrafts + 1) + i] == want.tokens[b * (kMaxDrafts + 1) + i];
+      const float a = g.logprob[b * (kMaxDrafts + 1) + i], e = want.logprob[b * (kMaxDrafts + 1) + i];
+      if (same && !(a == e || std::fabs(a - e) <= 2e-3f * std::max(1.0f, std::fabs(e))))
+        ADD_FAILURE() << label << " request " << b << " position " << i << " logprob " << a << " want " << e;
+    }
+    for (int32_t r = c.cu_rows[b]; r < c.cu_rows[b + 1]; ++r) same &= g.status[r] == want.status[r];
+    if (!same) {
+      ++disagreements;
+      std::string got, exp, st;
+      for (int32_t i = 0; i <= kMaxDrafts; ++i) {
+        got += std::to_string(g.tokens[b * (kMaxDrafts + 1) + i]) + " ";
+        exp += std::to_string(want.tokens[b * (kMaxDrafts + 1) + i]) + " ";
+      }
+      for (int32_t r = c.cu_rows[b]; r < c.cu_rows[b + 1]; ++r)
+        st += std::to_string(g.status[r]) + "/" + std::to_string(want.status[r]) + " ";
+      ADD_FAILURE() << label << " request " << b << " rule " << c.rules[b] << " T=" << c.params[b].temperature
+                    << ": got [" << got << "] accepted " << g.accepted[b] << ", want [" << exp << "] accepted "
+                    << want.accepted[b] << "; statuses got/want " << st;
+    }
+  }
+  return disagreements;
+}
+
 class CudaVerify : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(CudaVerify, MatchesReferenceTokenForToken) {
@@ -207,41 +247,48 @@ TEST_P(CudaVerify, MatchesReferenceTokenForToken) {
     const VerifyCase c = make_case(rng, shape.V, B, shape.dtype);
     Sampler gpu(config(Backend::kCuda, shape.V, B, c.rows.rows));
     Sampler cpu(config(Backend::kCpu, shape.V, B, c.rows.rows));
-    for (int32_t b = 0; b < B; ++b) {
-      gpu.admit(b, c.params[b], c.prompts[b].data(), static_cast<int64_t>(c.prompts[b].size()));
-      cpu.admit(b, c.params[b], c.prompts[b].data(), static_cast<int64_t>(c.prompts[b].size()));
-    }
+    admit_case(c, gpu, cpu);
     const sonic::LogprobMode mode = static_cast<sonic::LogprobMode>(round % 3);
     // Two calls: the second one reads the state the first one committed.
     for (int call = 0; call < 2; ++call) {
-      const Result g = run(gpu, c, mode), want = run(cpu, c, mode);
-      for (int32_t b = 0; b < B; ++b) {
-        ++requests;
-        bool same = g.accepted[b] == want.accepted[b];
-        for (int32_t i = 0; i <= kMaxDrafts; ++i) {
-          same &= g.tokens[b * (kMaxDrafts + 1) + i] == want.tokens[b * (kMaxDrafts + 1) + i];
-          const float a = g.logprob[b * (kMaxDrafts + 1) + i], e = want.logprob[b * (kMaxDrafts + 1) + i];
-          if (same && !(a == e || std::fabs(a - e) <= 2e-3f * std::max(1.0f, std::fabs(e))))
-            ADD_FAILURE() << "request " << b << " position " << i << " logprob " << a << " want " << e;
-        }
-        for (int32_t r = c.cu_rows[b]; r < c.cu_rows[b + 1]; ++r) same &= g.status[r] == want.status[r];
-        if (!same) {
-          ++disagreements;
-          std::string got, exp;
-          for (int32_t i = 0; i <= kMaxDrafts; ++i) {
-            got += std::to_string(g.tokens[b * (kMaxDrafts + 1) + i]) + " ";
-            exp += std::to_string(want.tokens[b * (kMaxDrafts + 1) + i]) + " ";
-          }
-          ADD_FAILURE() << "V=" << shape.V << " round " << round << " call " << call << " request " << b << " rule "
-                        << c.rules[b] << " T=" << c.params[b].temperature << ": got [" << got << "] accepted "
-                        << g.accepted[b] << ", want [" << exp << "] accepted " << want.accepted[b];
-        }
-      }
+      requests += B;
+      disagreements += count_disagreements(c, run(gpu, c, mode), run(cpu, c, mode),
+                                            "V=" + std::to_string(shape.V) + " round " + std::to_string(round) +
+                                                " call " + std::to_string(call));
     }
   }
   std::printf("verify V=%d dtype=%d: %d requests compared, %d disagreements\n", shape.V, static_cast<int>(shape.dtype),
               requests, disagreements);
   EXPECT_EQ(disagreements, 0);
+}
+
+// A history that fills up part way through a request's emitted tokens: the commit appends them in
+// order until it is full and flags the request's last row kHistoryFull, as the reference does; the
+// next calls read the same histories (penalised requests' tokens depend on them).
+TEST(CudaVerifyHistory, FillsUpLikeReference) {
+  for (const int32_t V : {1000, 32000}) {
+    std::mt19937_64 rng(V + 77);
+    const int32_t B = 16, max_history = 24;
+    VerifyCase c = make_case(rng, V, B, DType::kF32);
+    for (int32_t b = 0; b < B; ++b) {  // 0 to 7 tokens of room: less than some requests emit
+      c.prompts[b].resize(static_cast<size_t>(max_history - b % 8));
+      for (int32_t& t : c.prompts[b]) t = static_cast<int32_t>(rng() % 64);  // repeats: counts above 1
+    }
+    SamplerConfig gcfg = config(Backend::kCuda, V, B, c.rows.rows), ccfg = config(Backend::kCpu, V, B, c.rows.rows);
+    gcfg.max_history = ccfg.max_history = max_history;
+    Sampler gpu(gcfg), cpu(ccfg);
+    admit_case(c, gpu, cpu);
+    int disagreements = 0, full = 0;
+    for (int call = 0; call < 3; ++call) {
+      const Result g = run(gpu, c, sonic::LogprobMode::kRaw), want = run(cpu, c, sonic::LogprobMode::kRaw);
+      disagreements += count_disagreements(c, g, want, "V=" + std::to_string(V) + " call " + std::to_string(call));
+      for (int32_t s : want.status) full += s >= 0 && (s & sonic::kStatusHistoryFull) != 0;
+    }
+    std::printf("verify history V=%d: %d rows flagged full by the reference, %d disagreements\n", V, full,
+                disagreements);
+    EXPECT_GT(full, 0) << "the case must fill some histories";
+    EXPECT_EQ(disagreements, 0);
+  }
 }
 
 // Ranks and top-N logprobs of the emitted tokens (the exact path computes them per target row and
@@ -256,10 +303,7 @@ TEST(CudaVerifyLogprobs, RanksAndTopNMatchReference) {
     SamplerConfig gc = config(Backend::kCuda, V, B, c.rows.rows), cc = config(Backend::kCpu, V, B, c.rows.rows);
     gc.max_top_logprobs = cc.max_top_logprobs = kTop;
     Sampler gpu(gc), cpu(cc);
-    for (int32_t b = 0; b < B; ++b) {
-      gpu.admit(b, c.params[b], c.prompts[b].data(), static_cast<int64_t>(c.prompts[b].size()));
-      cpu.admit(b, c.params[b], c.prompts[b].data(), static_cast<int64_t>(c.prompts[b].size()));
-    }
+    admit_case(c, gpu, cpu);
     const sonic::LogprobMode mode = static_cast<sonic::LogprobMode>(round % 3);
     const Result g = run(gpu, c, mode, kTop), want = run(cpu, c, mode, kTop);
     const int32_t W = kMaxDrafts + 1;
