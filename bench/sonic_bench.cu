@@ -68,13 +68,19 @@ struct Case {
   int row_kind(int r) const { return kind >= 0 ? kind : r % 4; }
 };
 
-// Parses a case name.
-Case parse_case(const std::string& name) {
-  Case c{name, name.find("peaked") != std::string::npos, name.find("hetero") != std::string::npos,
-         name.rfind("topp", 0) == 0};
-  const size_t at = name.find("-kind");
-  if (c.hetero && at != std::string::npos && at + 5 < name.size()) c.kind = (name[at + 5] - '0') & 3;
-  return c;
+// Parses a sample-suite case name: {homog,hetero,topp}-{peaked,flat} or hetero-kindK-{peaked,flat}
+// with K in 0..3; false for any other name.
+bool parse_case(const std::string& name, Case* c) {
+  const size_t dash = name.rfind('-');
+  if (dash == std::string::npos) return false;
+  const std::string head = name.substr(0, dash), tail = name.substr(dash + 1);
+  if (tail != "peaked" && tail != "flat") return false;
+  *c = Case{name, tail == "peaked", head.rfind("hetero", 0) == 0, head == "topp"};
+  if (head == "hetero-kind0" || head == "hetero-kind1" || head == "hetero-kind2" || head == "hetero-kind3")
+    c->kind = head.back() - '0';
+  else if (head != "homog" && head != "hetero" && head != "topp")
+    return false;
+  return true;
 }
 
 struct Args {
@@ -514,7 +520,12 @@ int main(int argc, char** argv) {
     for (const std::string& dtype : a.dtypes) {
       const size_t elem = dtype == "fp32" ? 4 : 2;
       for (const std::string& cname : a.cases) {
-        const Case c = parse_case(cname);
+        Case c;
+        if (!parse_case(cname, &c)) {
+          std::fprintf(stderr, "--case: unknown sample case '%s' (homog-, hetero-, topp- or hetero-kind0..3-, then peaked or flat)\n",
+                       cname.c_str());
+          return 2;
+        }
         for (int B : a.batches) {
           // Requests.
           std::mt19937_64 rng(B * 7919 + V);
