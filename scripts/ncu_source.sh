@@ -7,7 +7,10 @@
 #                                SONIC_NCU_KERNEL (the kernel sampled line by line: default fast_sample;
 #                                row_stage2 for small batches' stage 2, which then runs alone on its SMs),
 #                                SONIC_NCU_INTERVAL (ncu's --warp-sampling-interval: auto, or 0-31 for 2^(5+n)
-#                                cycles; a one-block kernel needs a short one to gather enough samples)
+#                                cycles; a one-block kernel needs a short one to gather enough samples),
+#                                SONIC_NCU_MEMORY=1 (also the memory workload section, and the warp-state
+#                                and memory lines printed: is a stream held by the memory system or by
+#                                the SM's load pipeline?)
 # Caches are not flushed between replays (--cache-control none): a kernel after the fast one finds
 # the candidates in L2, as it does outside the profiler.
 # The per-line tables come back in $OUT/source_tables.tgz.
@@ -31,9 +34,12 @@ for b in ${SONIC_NCU_B:-1 512}; do
   ncu --clock-control none --cache-control none --warp-sampling-interval "${SONIC_NCU_INTERVAL:-auto}" \
     -k regex:"${SONIC_NCU_KERNEL:-fast_sample}" -s 2 -c 1 --section SpeedOfLight --section Occupancy \
     --section WarpStateStats --section SchedulerStats --section SourceCounters --import-source yes \
+    ${SONIC_NCU_MEMORY:+--section MemoryWorkloadAnalysis} \
     -f -o "$L/rep_B$b" "$bench" "${args[@]}" >"$L/ncu_B$b.log" 2>&1
   ncu -i "$L/rep_B$b.ncu-rep" --page details >"$L/details_B$b.txt" 2>&1
   grep -E "Duration|DRAM Throughput|Achieved Occupancy|Issued Warp|No Eligible|Warp Cycles Per Issued" "$L/details_B$b.txt" | head -10
+  [ -n "${SONIC_NCU_MEMORY:-}" ] &&
+    grep -E "Stall|Memory Throughput|Mem Busy|Max Bandwidth|L1/TEX Hit|L2 Hit|Mem Pipes Busy|Shared Memory" "$L/details_B$b.txt" | head -40
   ncu -i "$L/rep_B$b.ncu-rep" --page source --csv --print-source cuda >"$L/cuda_lines_B$b.csv" 2>&1
   ncu -i "$L/rep_B$b.ncu-rep" --page source --csv --print-source sass >"$L/sass_B$b.csv" 2>&1
   rm -f "$L/rep_B$b.ncu-rep"
