@@ -863,7 +863,8 @@ __global__ void __launch_bounds__(kBlock) exact_sample_kernel(RowJob job) {
   wait_for_prerequisite_grid();
   timeline_mark(kMarkEntry);
   // Its token beside the flag: the commit of a small call waits on one round trip here, not on the
-  // flag, then the row's slot and parameters, then the token (v3.8's timeline: 1.4 us a commit).
+  // flag, then the row's slot and parameters, then the token (v3.8's timeline: 1.4 us a commit). In
+  // a call that flagged rows the value is thrown away (the exact path may still rewrite it).
   const int32_t token0 = row0.ok ? load_cg_now(job.out.tokens + r0) : -1;
   if (job.exact_flags && __ldcg(job.fast.flagged) == 0) {
     commit_rows(job, r0, gridDim.x * kBlock, &row0, token0);
