@@ -35,8 +35,14 @@ __global__ void __launch_bounds__(kRowStage2Threads) row_stage2_kernel(RowJob jo
   // The request is read before the wait: the fast kernel writes none of it (it reads the request
   // table only), and every kernel before the fast one has completed, so its latency overlaps the
   // fast kernel's last blocks. Rows that are not kRowOk were settled by the fast kernel's chunk 0
-  // (and counted no chunks).
-  if (resolve_call_row(job, r, &slot, &mask, &w) != kRowOk) return;
+  // (and counted no chunks); their blocks still wait, so that this grid never completes before the
+  // fast one (the exact kernel after it waits for this grid only, and a call of invalid rows alone
+  // would otherwise let it and the next call's kernels run beside the fast kernel's last blocks).
+  if (resolve_call_row(job, r, &slot, &mask, &w) != kRowOk) {
+    wait_for_prerequisite_grid();
+    allow_dependent_launch();
+    return;
+  }
   const RowPrologue pro = call_row_prologue(job, slot, mask, w);
   wait_for_prerequisite_grid();  // every chunk of every row is done and visible
   allow_dependent_launch();

@@ -568,7 +568,7 @@ __device__ __forceinline__ void start_chunk(const RowJob& job, int32_t chunk, co
 }
 
 // Stage 1 for chunk `chunk` of row r, whose first steps start_chunk issued. Returns true (in every
-// thread) in the row's last block to finish.
+// thread) in the row's last block to finish (never with fast.separate_stage2).
 template <DType D>
 __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_t slot, const RowPrologue& pro,
                              const RowKind& k, const void* row, bool vec_ok, StepSlot<D>* slots, Stage1Shared& sh,
@@ -669,14 +669,20 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
     t.win_token = win.token;
     t.count = sh.count;
     job.fast.stats[static_cast<int64_t>(r) * f.chunks + chunk] = t;
-    // Publish the chunk's candidates (every warp's, ordered before this by the barrier) and its
-    // statistics before counting it as done; the last chunk acquires the others'.
-    __threadfence();
-    const bool last = atomicAdd(f.tiles_done + r, 1) == f.chunks - 1;
-    if (last) __threadfence();
-    *last_flag = last;
+    if (!f.separate_stage2) {
+      // Publish the chunk's candidates (every warp's, ordered before this by the barrier) and its
+      // statistics before counting it as done; the last chunk acquires the others'.
+      __threadfence();
+      const bool last = atomicAdd(f.tiles_done + r, 1) == f.chunks - 1;
+      if (last) __threadfence();
+      *last_flag = last;
+    }
   }
   timeline_mark(kMarkChunkDone);
+  // With stage 2 in row_stage2_kernel, which waits for this grid to complete (and so sees every
+  // chunk's writes), no chunk is the last: the fence and the counting atomic (about 1 us of each
+  // block's end at B = 1, the timeline's "chunk end") are left out and the block leaves.
+  if (f.separate_stage2) return false;
   __syncthreads();
   return *last_flag != 0;
 }

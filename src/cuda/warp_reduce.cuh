@@ -26,4 +26,18 @@ __device__ __forceinline__ float warp_max(float v) {
   return warp_reduce(v, [](float a, float b) { return fmaxf(a, b); });
 }
 
+// 32-bit integers through the warp-wide reduction instruction (REDUX, sm_80 on): one instruction
+// where the butterfly is five dependent shuffles, on paths (stage 2's merge, the ends of stage 1's
+// chunks, its top-k bisection) that are chains of such steps. 64-bit maxima as two of them: the
+// largest high word, then the largest low word among the lanes that hold it.
+__device__ __forceinline__ int32_t warp_sum(int32_t v) { return __reduce_add_sync(0xFFFFFFFFu, v); }
+__device__ __forceinline__ uint32_t warp_sum(uint32_t v) { return __reduce_add_sync(0xFFFFFFFFu, v); }
+__device__ __forceinline__ int32_t warp_max(int32_t v) { return __reduce_max_sync(0xFFFFFFFFu, v); }
+__device__ __forceinline__ uint32_t warp_max(uint32_t v) { return __reduce_max_sync(0xFFFFFFFFu, v); }
+__device__ __forceinline__ unsigned long long warp_max(unsigned long long v) {
+  const uint32_t hi = __reduce_max_sync(0xFFFFFFFFu, static_cast<uint32_t>(v >> 32));
+  const uint32_t lo = __reduce_max_sync(0xFFFFFFFFu, static_cast<uint32_t>(v >> 32) == hi ? static_cast<uint32_t>(v) : 0u);
+  return (static_cast<unsigned long long>(hi) << 32) | lo;
+}
+
 }  // namespace sonic::cuda

@@ -55,9 +55,11 @@ void restrict_outputs(sonic::SampleOutputs& o, Outputs what) {
   o.final_count = nullptr;
 }
 
-// Runs one batch on a sampler; host arrays for the CPU backend, device arrays for CUDA.
+// Runs one batch on a sampler; host arrays for the CPU backend, device arrays for CUDA. With
+// row_pad > 0 the rows lie row_pad elements apart beyond V (row_stride = V + row_pad), the gaps
+// holding +100, which would win every row that read them.
 HostOutputs run(sonic::Sampler& s, const Batch& b, const std::vector<int32_t>& slots, sonic::LogprobMode mode,
-                const sonic::CallOptions& base = {}, Outputs what = Outputs::kAll) {
+                const sonic::CallOptions& base = {}, Outputs what = Outputs::kAll, int64_t row_pad = 0) {
   const int32_t R = b.rows;
   HostOutputs h;
   h.tokens.assign(R, -7);
@@ -82,7 +84,26 @@ HostOutputs run(sonic::Sampler& s, const Batch& b, const std::vector<int32_t>& s
                                              : float_to_f16(b.logits[i]);
   const void* host_logits = b.dtype == sonic::DType::kF32 ? static_cast<const void*>(b.logits.data())
                                                           : static_cast<const void*>(half.data());
-  sonic::LogitsView lv{host_logits, b.dtype, R, b.cols, b.cols};
+  const size_t elem = b.dtype == sonic::DType::kF32 ? 4 : 2;
+  const int64_t stride = b.cols + row_pad;
+  std::vector<char> padded;
+  if (row_pad > 0) {
+    const float big = 100.0f;
+    uint32_t big_bits;
+    std::memcpy(&big_bits, &big, 4);
+    const uint16_t big_half = b.dtype == sonic::DType::kBF16 ? static_cast<uint16_t>(big_bits >> 16) : float_to_f16(big);
+    padded.resize(static_cast<size_t>(R) * stride * elem);
+    for (int64_t i = 0; i < static_cast<int64_t>(R) * stride; ++i) {
+      if (elem == 4) std::memcpy(padded.data() + i * 4, &big, 4);
+      else std::memcpy(padded.data() + i * 2, &big_half, 2);
+    }
+    for (int32_t r = 0; r < R; ++r)
+      std::memcpy(padded.data() + static_cast<size_t>(r) * stride * elem,
+                  static_cast<const char*>(host_logits) + static_cast<size_t>(r) * b.cols * elem, b.cols * elem);
+    host_logits = padded.data();
+  }
+  const size_t total = static_cast<size_t>(R) * stride * elem;
+  sonic::LogitsView lv{host_logits, b.dtype, R, b.cols, stride};
   sonic::BitmaskView bm;
   if (!b.bitmask.empty()) bm = sonic::BitmaskView{b.bitmask.data(), R, b.words, b.words, b.bitmask_index.data()};
   if (s.backend() == sonic::Backend::kCpu) {
@@ -102,9 +123,8 @@ HostOutputs run(sonic::Sampler& s, const Batch& b, const std::vector<int32_t>& s
     s.sample(lv, slots.data(), bm, o, opt);
     return h;
   }
-  const size_t elem = b.dtype == sonic::DType::kF32 ? 4 : 2;
-  DeviceBuffer<char> d_logits(b.logits.size() * elem);
-  cudaMemcpy(d_logits.get(), host_logits, b.logits.size() * elem, cudaMemcpyHostToDevice);
+  DeviceBuffer<char> d_logits(total);
+  cudaMemcpy(d_logits.get(), host_logits, total, cudaMemcpyHostToDevice);
   DeviceBuffer<int32_t> d_slots(R), d_mask(b.bitmask.size()), d_mask_index(b.bitmask_index.size());
   d_slots.upload(slots);
   if (!b.bitmask.empty()) {
@@ -270,8 +290,8 @@ struct AgreementCount {
 };
 
 // Samples `steps` calls of batch b on both backends and compares them; the emitted tokens feed the
-// next call's penalties.
-AgreementCount agreement_on(const Batch& b, int steps) {
+// next call's penalties. row_pad: see run.
+AgreementCount agreement_on(const Batch& b, int steps, int64_t row_pad = 0) {
   const int32_t R = b.rows;
   sonic::Sampler cpu(make_config(sonic::Backend::kCpu, b.V, R));
   sonic::Sampler gpu(make_config(sonic::Backend::kCuda, b.V, R));
@@ -292,8 +312,8 @@ AgreementCount agreement_on(const Batch& b, int steps) {
   for (int step = 0; step < steps; ++step) {
     const Outputs what = asked[step * 3 / steps];
     for (int32_t r = 0; r < R; ++r) states[r].step = cpu.step(slots[r]);
-    const HostOutputs hc = run(cpu, b, slots, modes[step % 3], no_append, what);
-    const HostOutputs hg = run(gpu, b, slots, modes[step % 3], no_append, what);
+    const HostOutputs hc = run(cpu, b, slots, modes[step % 3], no_append, what, row_pad);
+    const HostOutputs hg = run(gpu, b, slots, modes[step % 3], no_append, what, row_pad);
     near_ties += compare(b, hc, hg, "step", what, states);
     for (int32_t r = 0; r < R; ++r)
       if (hc.tokens[r] >= 0) {
@@ -313,6 +333,31 @@ std::pair<int, int> agreement_run(const AgreementCase& c, int32_t R, int steps, 
   const AgreementCount n = agreement_on(random_batch(rng, c.V, R, c.dtype, kTopN, /*with_bitmask=*/true), steps);
   return {n.compared, n.near_ties};
 }
+
+// Rows that do not start on 16 bytes or end at a step's end take stage 1's per-lane copies, the
+// others its whole-step copies: every dtype, row strides that align all rows, some or none, a
+// vocabulary that ends inside a step, and padding after each row that must never be read.
+void row_stride_agreement(int32_t V) {
+  for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16, sonic::DType::kF16})
+    for (const int64_t pad : {1, 3, 8}) {
+      SCOPED_TRACE("V " + std::to_string(V) + " dtype " + std::to_string(static_cast<int>(dtype)) + " pad " +
+                   std::to_string(pad));
+      std::mt19937_64 rng(77 + V + 13 * static_cast<int>(dtype) + pad);
+      const AgreementCount n = agreement_on(random_batch(rng, V, 8, dtype, kTopN, /*with_bitmask=*/true), 3, pad);
+      std::printf("row stride V + %lld, V=%d dtype=%d: %d rows compared, %d near-tie disagreements\n",
+                  static_cast<long long>(pad), V, static_cast<int>(dtype), n.compared, n.near_ties);
+      EXPECT_LE(n.near_ties, n.compared / 10);
+    }
+}
+
+TEST(CudaRowStride, EveryAlignmentMatchesReference) {
+  row_stride_agreement(151936);
+  row_stride_agreement(30001);
+}
+
+// The same on a vocabulary of a few steps (full steps and a partial one in one tile), small enough
+// for the sanitizers.
+TEST(CudaRowStride, SmallVocabulary) { row_stride_agreement(3001); }
 
 class CudaAgreement : public ::testing::TestWithParam<AgreementCase> {};
 
