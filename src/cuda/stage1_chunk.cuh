@@ -109,7 +109,42 @@ struct Stage1Shared {
   int32_t count;      // candidates appended by the chunk
   uint32_t bound_hi;  // the largest warp bound so far (high word), which every warp may use
   uint32_t lane_max[kFastThreads];  // top-k rows: each lane's largest key so far (high word; 0: none)
+  StepIssue issue[kFastWarps];
 };
+
+// One 16-byte load the compiler must make (a plain read would be replaced by the stored value's
+// recomputation).
+__device__ __forceinline__ StepIssue load_volatile(const StepIssue& s) {
+  uint4 q;
+  asm volatile("ld.volatile.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w)
+               : "r"(shared_address(&s)));
+  StepIssue r;
+  r.src = reinterpret_cast<const char*>(static_cast<unsigned long long>(q.x) | (static_cast<unsigned long long>(q.y) << 32));
+  r.dst = q.z;
+  r.full_steps = static_cast<int32_t>(q.w);
+  return r;
+}
+__device__ __forceinline__ StepIssue load_volatile_row(const StepIssue& s) {
+  uint4 q;
+  asm volatile("ld.volatile.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w)
+               : "r"(shared_address(&s) + 16));
+  StepIssue r{};
+  r.row = reinterpret_cast<const void*>(static_cast<unsigned long long>(q.x) | (static_cast<unsigned long long>(q.y) << 32));
+  r.vec_ok = static_cast<int32_t>(q.z);
+  return r;
+}
+
+#ifndef SONIC_LEAN_ISSUE
+#define SONIC_LEAN_ISSUE 0
+#endif
+#ifndef SONIC_RAISE_ITERS
+#define SONIC_RAISE_ITERS 7
+#endif
+#ifndef SONIC_RAISE_PERIOD
+#define SONIC_RAISE_PERIOD 2
+#endif
 
 // Keys at or above a bound: the 0 key (no token) never is.
 __device__ __forceinline__ bool kept_by(unsigned long long key, unsigned long long bound) {
@@ -352,7 +387,7 @@ __device__ __forceinline__ void raise_by_top_k(const ScreenContext& c, int32_t t
   for (int w = 1; w < kFastWarps; ++w) top = max(top, v[w]);
   uint32_t hi = warp_max(top) + 1u;  // reach(hi) = 0
 #pragma unroll 1
-  for (int it = 0; it < 7 && hi - lo > 1u; ++it) {  // reach(lo) >= k > reach(hi)
+  for (int it = 0; it < SONIC_RAISE_ITERS && hi - lo > 1u; ++it) {  // reach(lo) >= k > reach(hi)
     const uint32_t mid = lo + ((hi - lo) >> 1);
     if (reach(mid) >= top_k) lo = mid;
     else hi = mid;
@@ -607,6 +642,10 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
   c.lane_max = sh.lane_max;
   SpecialTokens special;
   if (pro.has_rules) special.init(tab, pro, warp_step_base<D>(cr.first));
+#if SONIC_LEAN_ISSUE
+  if ((threadIdx.x & 31) == 0) sh.issue[warp] = step_issue<D>(row, vec_ok, warp_step_base<D>(cr.first), steps, V, slots);
+  __syncwarp();
+#endif
   LaneScreen acc;
   __syncthreads();  // sh.count
   timeline_mark(kMarkScreening);
@@ -615,7 +654,17 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
     const int32_t ahead = i + kAhead;
     if (ahead < steps) {  // into the slot that step i - 1 used
       StepSlot<D>& next = warp_slot(slots, ahead);
+#if SONIC_LEAN_ISSUE
+      const StepIssue is = load_volatile(sh.issue[warp]);
+      if (ahead < is.full_steps) {
+        issue_full_step<D>(is, ahead);
+      } else {
+        const StepIssue all = load_volatile_row(sh.issue[warp]);
+        issue_logits<D>(all.row, all.vec_ok, warp_step_base<D>(cr.first + ahead), V, next);
+      }
+#else
       issue_logits<D>(row, vec_ok, warp_step_base<D>(cr.first + ahead), V, next);
+#endif
       if (bitmaps) issue_bitmaps<D, true>(warp_step_base<D>(cr.first + ahead), mask_row, seen_row, tab.words, next);
     }
     copy_async_commit();
@@ -628,7 +677,8 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
       screen_group<D>(c, cur, g, warp_step_base<D>(cr.first + i) + g * 32 * kGroupTokens, special, acc);
     // A bound for the steps to come: after each of the first four steps, then every second one
     // (later steps move it less, and the bisection costs about as much as a group's screen).
-    if (k.top_k && i + 1 < steps && (i < 4 || (i & 1))) raise_by_top_k(c, k.top_k, acc);
+    if (k.top_k && i + 1 < steps && (i < 4 || (i % SONIC_RAISE_PERIOD) == SONIC_RAISE_PERIOD - 1))
+      raise_by_top_k(c, k.top_k, acc);
   }
 
   const WarpSummary s = summarise_warp(k, acc);

@@ -102,6 +102,46 @@ __device__ __forceinline__ void issue_logits(const void* row, bool vec_ok, int32
   }
 }
 
+// A warp's copies of its full steps, addressed from values fixed before the chunk's loop and kept in
+// shared memory: held in registers, ptxas rebuilds them (the row pointer from the block index, the
+// slot from the shared window) every step instead, about 55 instructions a step in place of a load.
+struct alignas(16) StepIssue {
+  const char* src;     // the warp's first piece of the chunk's first step (lane 0's)
+  uint32_t dst;        // shared address of lane 0's first piece in the warp's slot of stage 0
+  int32_t full_steps;  // steps from the chunk's first whose logits are whole and 16-byte aligned
+  const void* row;     // the row, for the other steps (issue_logits)
+  int32_t vec_ok;
+  int32_t pad;
+};
+
+template <DType D>
+__device__ __forceinline__ StepIssue step_issue(const void* row, bool vec_ok, int32_t base0, int32_t steps, int32_t V,
+                                                StepSlot<D>* slots) {
+  using L = StepLayout<D>;
+  StepIssue s;
+  s.src = static_cast<const char*>(row) + static_cast<int64_t>(base0) * L::kElem;
+  s.dst = shared_address(&slots[threadIdx.x >> 5].v[0][0]);
+  const int32_t room = V - L::kStepTokens - base0;  // step j is whole when j * tile_tokens <= room
+  s.full_steps = vec_ok && room >= 0 ? min(steps, room / tile_tokens(D) + 1) : 0;
+  s.row = row;
+  s.vec_ok = vec_ok;
+  s.pad = 0;
+  return s;
+}
+
+// Step j (< s.full_steps) into stage j % kFastStages: eight 16-byte copies a lane.
+template <DType D>
+__device__ __forceinline__ void issue_full_step(const StepIssue& s, int32_t j) {
+  constexpr int64_t kTileBytes = static_cast<int64_t>(tile_tokens(D)) * StepLayout<D>::kElem;
+  constexpr uint32_t kStageStride = static_cast<uint32_t>(sizeof(StepSlot<D>)) * kFastWarps;
+  const int lane = threadIdx.x & 31;
+  const char* src = s.src + j * kTileBytes + lane * 16;
+  const uint32_t dst = s.dst + static_cast<uint32_t>(j % kFastStages) * kStageStride + lane * 16;
+#pragma unroll
+  for (int c = 0; c < kStepLoads; ++c)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst + c * 512), "l"(src + c * 512) : "memory");
+}
+
 // Starts the copies of the step's bitmap words (kAsync: into the open commit group; otherwise plain
 // loads and stores). A null row: all allowed, none seen.
 template <DType D, bool kAsync>
