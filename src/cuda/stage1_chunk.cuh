@@ -20,6 +20,12 @@
 // Then the block writes the chunk's TileStat; the last chunk of a row to finish runs stage 2.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstring>
+#include <type_traits>
+
 #include "common/random.hpp"
 #include "common/token_rules.hpp"
 #include "cuda/arg_max.cuh"
@@ -138,6 +144,9 @@ __device__ __forceinline__ StepIssue load_volatile_row(const StepIssue& s) {
 
 #ifndef SONIC_LEAN_ISSUE
 #define SONIC_LEAN_ISSUE 0
+#endif
+#ifndef SONIC_PACKED_SCREEN
+#define SONIC_PACKED_SCREEN 0
 #endif
 #ifndef SONIC_RAISE_ITERS
 #define SONIC_RAISE_ITERS 7
@@ -353,6 +362,68 @@ __device__ __forceinline__ bool screen_by_bound(const ScreenContext& c, const St
   return true;
 }
 
+#if SONIC_PACKED_SCREEN
+// The by-bound screen of a 16-bit group of a row without rules or sums, on the packed pairs as they
+// sit in the slot (two tokens a compare, no decoding): the same candidates as screen_by_bound, and
+// the group counts 32 valid tokens a lane. Since every logit is a 16-bit value, x >= bv holds
+// exactly when x >= bv rounded up to the format. Returns false, having done nothing, when some lane
+// holds -inf or NaN or four tokens at or above the bound: the full screen takes the group then.
+template <DType D>
+__device__ __forceinline__ bool screen_packed_by_bound(const ScreenContext& c, const StepSlot<D>& slot, int g,
+                                                       int32_t base, LaneScreen& acc) {
+  using L = StepLayout<D>;
+  using Pair = typename std::conditional<D == DType::kBF16, __nv_bfloat162, __half2>::type;
+  const int lane = threadIdx.x & 31;
+  const float bv = detail::order_bits_to_float(acc.bound_hi);
+  Pair b2, ninf2;
+  if constexpr (D == DType::kBF16) {
+    b2 = __bfloat162bfloat162(__float2bfloat16_ru(bv));
+    ninf2 = __bfloat162bfloat162(__ushort_as_bfloat16(static_cast<unsigned short>(L::kNegInfBits)));
+  } else {
+    b2 = __half2half2(__float2half_ru(bv));
+    ninf2 = __half2half2(__ushort_as_half(static_cast<unsigned short>(L::kNegInfBits)));
+  }
+  // Bit j: the low token of pair j (register 2j); bit 16 + j: its high token (register 2j + 1).
+  uint32_t hit = 0;
+  bool clean = true;
+#pragma unroll
+  for (int q = 0; q < L::kGroupLoads; ++q) {
+    const uint4 v = slot.v[g * L::kGroupLoads + q][lane];
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      Pair x2;
+      memcpy(&x2, &w[k], 4);
+      clean &= __hbgt2(x2, ninf2);
+      hit |= __hge2_mask(x2, b2) & (0x00010001u << (4 * q + k));
+    }
+  }
+  const int n = __popc(hit);
+  if (!__all_sync(0xFFFFFFFFu, clean) || __any_sync(0xFFFFFFFFu, n > 3)) return false;
+  acc.valid += kGroupTokens;
+  const unsigned b0 = __ballot_sync(0xFFFFFFFFu, n & 1), b1 = __ballot_sync(0xFFFFFFFFu, n & 2);
+  const int total = __popc(b0) + 2 * __popc(b1);
+  if (total) {
+    int at = 0;
+    if (lane == 0) at = atomicAdd(c.count, total);
+    const unsigned below = (1u << lane) - 1u;
+    at = __shfl_sync(0xFFFFFFFFu, at, 0) + __popc(b0 & below) + 2 * __popc(b1 & below);
+    while (hit) {
+      const int bit = __ffs(hit) - 1;
+      hit &= hit - 1;
+      const int i = bit < 16 ? 2 * bit : 2 * (bit - 16) + 1;
+      const unsigned long long key = detail::pack_key(slot_value<D>(slot, g, i), L::token(base, lane, i));
+      acc.max_key = max(acc.max_key, key);
+      c.list[at++] = key;
+    }
+  }
+  uint32_t shared_bound = 0;  // what the chunk's other warps have reached
+  if (lane == 0) shared_bound = *static_cast<volatile uint32_t*>(c.bound_hi);
+  acc.bound_hi = max(acc.bound_hi, __shfl_sync(0xFFFFFFFFu, shared_bound, 0));
+  return true;
+}
+#endif
+
 // Top-k rows: the bound may rise to any value that at least k tokens of the row reach, since the
 // kept set lies inside the row's top k and so above it. The lanes' maxima are distinct tokens of
 // the row: each lane publishes its own to shared memory, and the warp raises its bound to the
@@ -408,6 +479,13 @@ __device__ __forceinline__ void screen_group(const ScreenContext& c, const StepS
   const RowKind& k = *c.kind;
   const int lane = threadIdx.x & 31;
   auto token = [&](int i) { return L::token(base, lane, i); };
+#if SONIC_PACKED_SCREEN
+  if constexpr (D != DType::kF32) {
+    if (!pro.has_rules && k.truncated && !k.need_sum && !k.need_raw && acc.bound_hi != 0 &&
+        screen_packed_by_bound<D>(c, slot, g, base, acc))
+      return;
+  }
+#endif
   float x[kGroupTokens];
   read_group<D>(slot, g, x);
   // NaN stays in x: every comparison below is false for it (never valid, never a candidate), the
