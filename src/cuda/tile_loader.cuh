@@ -53,9 +53,10 @@ constexpr size_t kStageBytes = sizeof(StepSlot<D>) * kFastStages * kFastWarps;  
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-__device__ __forceinline__ void copy_async_16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(dst)), "l"(src) : "memory");
+__device__ __forceinline__ void copy_async_16_to(uint32_t dst_shared, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst_shared), "l"(src) : "memory");
 }
+__device__ __forceinline__ void copy_async_16(void* dst, const void* src) { copy_async_16_to(shared_address(dst), src); }
 __device__ __forceinline__ void copy_async_4(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(shared_address(dst)), "l"(src) : "memory");
 }
@@ -103,15 +104,20 @@ __device__ __forceinline__ void issue_logits(const void* row, bool vec_ok, int32
 }
 
 // A warp's copies of its full steps, addressed from values fixed before the chunk's loop and kept in
-// shared memory: held in registers, ptxas rebuilds them (the row pointer from the block index, the
-// slot from the shared window) every step instead, about 55 instructions a step in place of a load.
+// shared memory (Stage1Shared::issue): held in registers, ptxas rebuilt them (the row pointer from
+// the block index, the slot from the shared window) every step instead, about 30 instructions a
+// step more than one load.
 struct alignas(16) StepIssue {
-  const char* src;     // the warp's first piece of the chunk's first step (lane 0's)
+  const char* src;     // lane 0's first piece of the chunk's first step
   uint32_t dst;        // shared address of lane 0's first piece in the warp's slot of stage 0
   int32_t full_steps;  // steps from the chunk's first whose logits are whole and 16-byte aligned
-  const void* row;     // the row, for the other steps (issue_logits)
+  const void* row;     // the row and its alignment, for the other steps (issue_logits)
   int32_t vec_ok;
   int32_t pad;
+};
+struct StepIssueTail {
+  const void* row;
+  int32_t vec_ok;
 };
 
 template <DType D>
@@ -129,6 +135,32 @@ __device__ __forceinline__ StepIssue step_issue(const void* row, bool vec_ok, in
   return s;
 }
 
+// 16 bytes of shared memory by a load the compiler must make (a plain read of a value it stored
+// would be replaced by the value's recomputation).
+__device__ __forceinline__ uint4 load_shared_volatile(const void* p) {
+  uint4 q;
+  asm volatile("ld.volatile.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w)
+               : "r"(shared_address(p)));
+  return q;
+}
+__device__ __forceinline__ const void* pointer_from(uint32_t lo, uint32_t hi) {
+  return reinterpret_cast<const void*>(static_cast<unsigned long long>(lo) | (static_cast<unsigned long long>(hi) << 32));
+}
+// The full steps' fields of a record, and the others'.
+__device__ __forceinline__ StepIssue read_step_issue(const StepIssue& s) {
+  const uint4 q = load_shared_volatile(&s.src);
+  StepIssue r;
+  r.src = static_cast<const char*>(pointer_from(q.x, q.y));
+  r.dst = q.z;
+  r.full_steps = static_cast<int32_t>(q.w);
+  return r;
+}
+__device__ __forceinline__ StepIssueTail read_step_issue_tail(const StepIssue& s) {
+  const uint4 q = load_shared_volatile(&s.row);
+  return StepIssueTail{pointer_from(q.x, q.y), static_cast<int32_t>(q.z)};
+}
+
 // Step j (< s.full_steps) into stage j % kFastStages: eight 16-byte copies a lane.
 template <DType D>
 __device__ __forceinline__ void issue_full_step(const StepIssue& s, int32_t j) {
@@ -138,8 +170,7 @@ __device__ __forceinline__ void issue_full_step(const StepIssue& s, int32_t j) {
   const char* src = s.src + j * kTileBytes + lane * 16;
   const uint32_t dst = s.dst + static_cast<uint32_t>(j % kFastStages) * kStageStride + lane * 16;
 #pragma unroll
-  for (int c = 0; c < kStepLoads; ++c)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst + c * 512), "l"(src + c * 512) : "memory");
+  for (int c = 0; c < kStepLoads; ++c) copy_async_16_to(dst + c * 512, src + c * 512);
 }
 
 // Starts the copies of the step's bitmap words (kAsync: into the open commit group; otherwise plain
