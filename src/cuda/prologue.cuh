@@ -49,9 +49,12 @@ struct RowPrologue {
   // and drafts d_0..d_{n_prev-1} before it that count as output tokens (verification). A caller that
   // knows the token list does not name t passes maybe_listed = false: the list's binary search (a
   // chain of about five dependent loads) is then skipped.
+  // A caller that loaded the token's history probe already (history_probe, issued beside its other
+  // loads) passes it, so that the lookup waits on those loads only.
   __device__ static __forceinline__ float token_rules(const SlotTableView& tab, const SlotParams& p, int32_t slot,
                                                       const int32_t* mask, const int32_t* prev_drafts,
-                                                      int32_t n_prev, int32_t t, float x, bool maybe_listed = true) {
+                                                      int32_t n_prev, int32_t t, float x, bool maybe_listed = true,
+                                                      const HistoryProbe* probe = nullptr) {
     if (mask && !detail::bitmask_allows(mask, t)) return -INFINITY;
     float bias = 0.0f;
     if (p.list_count > 0) {
@@ -66,7 +69,7 @@ struct RowPrologue {
     bool in_scope = false;
     int32_t count = 0;
     if (p.repetition != 1.0f || p.frequency != 0.0f || p.presence != 0.0f) {
-      TokenHistory h = history_lookup(tab, slot, t);
+      TokenHistory h = probe ? history_lookup(tab, slot, t, *probe) : history_lookup(tab, slot, t);
       for (int32_t i = 0; i < n_prev; ++i) h.output += prev_drafts[i] == t;
       in_scope = (p.flags & kSlotRepetitionOutputOnly) ? h.output > 0 : h.prompt + h.output > 0;
       count = h.output + ((p.flags & kSlotPenaltiesIncludePrompt) ? h.prompt : 0);

@@ -67,6 +67,52 @@ struct TokenHistory {
 
 #if defined(__CUDACC__)
 // Counts of one token in a slot's history (zero when absent).
+// A token's presence word and the first slot of its hash chain, loaded together: every address is
+// in bounds whatever the token's presence, so the four loads go out at once and a lookup waits on
+// one memory round trip (three dependent ones otherwise: the presence bit, the key, the counts).
+// For tokens that are likely in the history (stage 1's special tokens).
+struct HistoryProbe {
+  uint32_t word;  // the presence bitmap's word of the token
+  int32_t key, prompt, output;  // the first hash slot's entry
+};
+__device__ __forceinline__ HistoryProbe history_probe(const SlotTableView& tab, int32_t slot, int32_t token) {
+  const int64_t at = static_cast<int64_t>(slot) * tab.hash_capacity + history_hash(token, tab.hash_capacity);
+  HistoryProbe q;
+  q.word = tab.hist_bits[static_cast<int64_t>(slot) * tab.words + (token >> 5)];
+  q.key = tab.hist_keys[at];
+  q.prompt = tab.hist_prompt[at];
+  q.output = tab.hist_output[at];
+  return q;
+}
+
+// The token's counts from its probe, walking on past the first hash slot on a collision.
+__device__ inline TokenHistory history_lookup(const SlotTableView& tab, int32_t slot, int32_t token,
+                                              const HistoryProbe& q) {
+  TokenHistory h;
+  if (!((q.word >> (token & 31)) & 1u)) return h;
+  if (q.key == token) {
+    h.prompt = q.prompt;
+    h.output = q.output;
+    return h;
+  }
+  if (q.key < 0) return h;
+  const int64_t base = static_cast<int64_t>(slot) * tab.hash_capacity;
+  const uint32_t mask = static_cast<uint32_t>(tab.hash_capacity - 1);
+  uint32_t i = (history_hash(token, tab.hash_capacity) + 1) & mask;
+  for (int32_t probe = 1; probe < tab.hash_capacity; ++probe) {
+    const int32_t k = tab.hist_keys[base + i];
+    if (k == token) {
+      h.prompt = tab.hist_prompt[base + i];
+      h.output = tab.hist_output[base + i];
+      return h;
+    }
+    if (k < 0) return h;
+    i = (i + 1) & mask;
+  }
+  return h;
+}
+// The lookup by dependent loads (the presence bit first): for passes over every token of a row,
+// where most tokens have no history.
 __device__ inline TokenHistory history_lookup(const SlotTableView& tab, int32_t slot, int32_t token) {
   TokenHistory h;
   const uint32_t* bits = tab.hist_bits + static_cast<int64_t>(slot) * tab.words;
