@@ -119,10 +119,6 @@ struct Stage1Shared {
   StepIssue issue[kFastWarps];
 };
 
-#ifndef SONIC_HISTORY_PROBE
-#define SONIC_HISTORY_PROBE 1
-#endif
-
 // Keys at or above a bound: the 0 key (no token) never is.
 __device__ __forceinline__ bool kept_by(unsigned long long key, unsigned long long bound) {
   return key != 0 && key >= bound;
@@ -227,24 +223,17 @@ __device__ __forceinline__ uint32_t apply_rules(const ScreenContext& c, uint32_t
 #pragma unroll
     for (int j = 1; j < kGroupTokens; ++j) xi = j == i ? x[j] : xi;
     const int32_t t = StepLayout<D>::token(base, lane, i);
-#if SONIC_HISTORY_PROBE
     // The history's loads first, beside the parameters' (penalised rows: most special tokens are
     // history tokens).
     HistoryProbe probe{};
     if (pro.penalised) probe = history_probe(tab, pro.slot, t);
-#endif
     const SlotParams p = load_params(tab.params + pro.slot);
     // The list is searched only in groups where it names a token (about 20 groups in 1200 for a
     // 20-token bias list): for a history token that search was the longest chain of dependent loads
     // on this path. (The bitmask and presence bits are loaded again rather than kept from the words
     // above: more live registers made ptxas spill in the fp16 kernel.)
-#if SONIC_HISTORY_PROBE
     xi = RowPrologue::token_rules(tab, p, pro.slot, pro.mask, special_tokens.drafts, special_tokens.n_drafts, t, xi,
                                   listed, &probe);
-#else
-    xi = RowPrologue::token_rules(tab, p, pro.slot, pro.mask, special_tokens.drafts, special_tokens.n_drafts, t, xi,
-                                  listed);
-#endif
 #pragma unroll
     for (int j = 0; j < kGroupTokens; ++j) x[j] = j == i ? xi : x[j];
   }
