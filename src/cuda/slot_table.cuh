@@ -66,7 +66,6 @@ struct TokenHistory {
 };
 
 #if defined(__CUDACC__)
-// Counts of one token in a slot's history (zero when absent).
 // A token's presence word and the first slot of its hash chain, loaded together: every address is
 // in bounds whatever the token's presence, so the four loads go out at once and a lookup waits on
 // one memory round trip (three dependent ones otherwise: the presence bit, the key, the counts).
@@ -85,7 +84,7 @@ __device__ __forceinline__ HistoryProbe history_probe(const SlotTableView& tab, 
   return q;
 }
 
-// The token's counts from its probe, walking on past the first hash slot on a collision.
+// The same counts from the token's probe, walking on past the first hash slot on a collision.
 __device__ inline TokenHistory history_lookup(const SlotTableView& tab, int32_t slot, int32_t token,
                                               const HistoryProbe& q) {
   TokenHistory h;
@@ -111,8 +110,8 @@ __device__ inline TokenHistory history_lookup(const SlotTableView& tab, int32_t 
   }
   return h;
 }
-// The lookup by dependent loads (the presence bit first): for passes over every token of a row,
-// where most tokens have no history.
+// Counts of one token in a slot's history (zero when absent), by dependent loads (the presence bit
+// first): for passes over every token of a row, where most tokens have no history.
 __device__ inline TokenHistory history_lookup(const SlotTableView& tab, int32_t slot, int32_t token) {
   TokenHistory h;
   const uint32_t* bits = tab.hist_bits + static_cast<int64_t>(slot) * tab.words;
