@@ -425,7 +425,7 @@ __device__ __forceinline__ void raise_by_top_k(const ScreenContext& c, int32_t t
     unsigned n = 0;
 #pragma unroll
     for (int w = 0; w < kFastWarps; ++w) n += v[w] >= u;
-    return static_cast<int>(__reduce_add_sync(0xFFFFFFFFu, n));
+    return static_cast<int>(warp_sum(n));
   };
   uint32_t lo = max(acc.bound_hi, 1u);  // 0 marks no maximum
   if (reach(lo) < top_k) return;
