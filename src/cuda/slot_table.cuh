@@ -84,6 +84,24 @@ __device__ __forceinline__ HistoryProbe history_probe(const SlotTableView& tab, 
   return q;
 }
 
+// The token's counts by walking its hash chain from slot i (probe `first` of the chain).
+__device__ inline TokenHistory history_walk(const SlotTableView& tab, int32_t slot, int32_t token, uint32_t i,
+                                            int32_t first) {
+  TokenHistory h;
+  const int64_t base = static_cast<int64_t>(slot) * tab.hash_capacity;
+  for (int32_t probe = first; probe < tab.hash_capacity; ++probe) {
+    const int32_t k = tab.hist_keys[base + i];
+    if (k == token) {
+      h.prompt = tab.hist_prompt[base + i];
+      h.output = tab.hist_output[base + i];
+      return h;
+    }
+    if (k < 0) return h;
+    i = (i + 1) & static_cast<uint32_t>(tab.hash_capacity - 1);
+  }
+  return h;
+}
+
 // The same counts from the token's probe, walking on past the first hash slot on a collision.
 __device__ inline TokenHistory history_lookup(const SlotTableView& tab, int32_t slot, int32_t token,
                                               const HistoryProbe& q) {
@@ -95,40 +113,16 @@ __device__ inline TokenHistory history_lookup(const SlotTableView& tab, int32_t 
     return h;
   }
   if (q.key < 0) return h;
-  const int64_t base = static_cast<int64_t>(slot) * tab.hash_capacity;
-  const uint32_t mask = static_cast<uint32_t>(tab.hash_capacity - 1);
-  uint32_t i = (history_hash(token, tab.hash_capacity) + 1) & mask;
-  for (int32_t probe = 1; probe < tab.hash_capacity; ++probe) {
-    const int32_t k = tab.hist_keys[base + i];
-    if (k == token) {
-      h.prompt = tab.hist_prompt[base + i];
-      h.output = tab.hist_output[base + i];
-      return h;
-    }
-    if (k < 0) return h;
-    i = (i + 1) & mask;
-  }
-  return h;
+  const uint32_t next = (history_hash(token, tab.hash_capacity) + 1) & static_cast<uint32_t>(tab.hash_capacity - 1);
+  return history_walk(tab, slot, token, next, 1);
 }
+
 // Counts of one token in a slot's history (zero when absent), by dependent loads (the presence bit
 // first): for passes over every token of a row, where most tokens have no history.
 __device__ inline TokenHistory history_lookup(const SlotTableView& tab, int32_t slot, int32_t token) {
-  TokenHistory h;
   const uint32_t* bits = tab.hist_bits + static_cast<int64_t>(slot) * tab.words;
-  if (!((bits[token >> 5] >> (token & 31)) & 1u)) return h;
-  const int64_t base = static_cast<int64_t>(slot) * tab.hash_capacity;
-  uint32_t i = history_hash(token, tab.hash_capacity);
-  for (int32_t probe = 0; probe < tab.hash_capacity; ++probe) {
-    const int32_t k = tab.hist_keys[base + i];
-    if (k == token) {
-      h.prompt = tab.hist_prompt[base + i];
-      h.output = tab.hist_output[base + i];
-      return h;
-    }
-    if (k < 0) return h;
-    i = (i + 1) & static_cast<uint32_t>(tab.hash_capacity - 1);
-  }
-  return h;
+  if (!((bits[token >> 5] >> (token & 31)) & 1u)) return TokenHistory{};
+  return history_walk(tab, slot, token, history_hash(token, tab.hash_capacity), 0);
 }
 
 // Appends one output token to a slot's history; false when the history is full.
