@@ -33,7 +33,7 @@ run_gpu_tests() {
 
 run_sanitizers() {
   local build=$1 report=$2 tool r rc=0
-  local filter=${SONIC_SANITIZE_FILTER:-SharedRulesDevice.*:CudaBadRows.*:AllShapes/CudaAgreement.*/V1000_*:CudaChunking.SmallVocabularyForcedChunks:CudaStage2Placement.SmallVocabulary:AllShapes/CudaTopK.*/V1000_*:Shapes/CudaVerify.*/V1000_*:CudaVerifyLogprobs.*:CudaVerifyHistory.*:CudaExactPath.WideNucleusSmallVocabulary:CudaRowStride.SmallVocabulary:CudaPackedScreen.SmallVocabulary}
+  local filter=${SONIC_SANITIZE_FILTER:-SharedRulesDevice.*:CudaBadRows.*:AllShapes/CudaAgreement.*/V1000_*:CudaChunking.SmallVocabularyForcedChunks:CudaStage2Placement.SmallVocabulary:AllShapes/CudaTopK.*/V1000_*:Shapes/CudaVerify.*/V1000_*:CudaVerifyLogprobs.*:CudaVerifyHistory.*:CudaExactPath.WideNucleusSmallVocabulary:CudaRowStride.SmallVocabulary:CudaPackedScreen.SmallVocabulary:CudaLoweringPenalties.SmallVocabulary}
   for tool in memcheck racecheck initcheck synccheck; do
     compute-sanitizer --tool $tool --error-exitcode 9 "$build/tests/sonic_gpu_tests" \
       --gtest_filter="$filter" >"$L/sanitize_$tool.log" 2>&1; r=$?

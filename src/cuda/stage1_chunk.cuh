@@ -36,6 +36,14 @@
 #include "cuda/timeline.cuh"
 #include "cuda/warp_reduce.cuh"
 
+// Experiment switch (0: every history token takes its lookup, as before).
+#ifndef SONIC_LOWERING_SKIP
+#define SONIC_LOWERING_SKIP 1
+#endif
+#ifndef SONIC_LOWERING_SKIP_F16
+#define SONIC_LOWERING_SKIP_F16 1
+#endif
+
 namespace sonic::cuda {
 
 // What a row needs from the fast path, fixed before the tokens (uniform over the row).
@@ -47,7 +55,20 @@ struct RowKind {
   float inv_t;       // 1 / T for the sums (greedy rows: T = 1)
   int32_t top_k;     // truncated rows with 0 < top_k <= kFastThreads: the bound may rise to the k-th
                      // largest of the chunk's lane maxima (raise_by_top_k); otherwise 0
+  bool lowering;     // penalised truncated rows without sums whose penalties can only lower a logit:
+                     // their history tokens below the running bound need no lookup (apply_rules)
 };
+
+// Penalties that lower every finite logit and keep it finite: repetition >= 1 divides a positive
+// logit or multiplies a negative one by it, frequency and presence >= 0 subtract; bounded by 2^20,
+// a logit >= -2^100 stays far from -FLT_MAX whatever the count (at most 2^31).
+__device__ __forceinline__ bool penalties_only_lower(const SlotParams& p) {
+  constexpr float kMax = 0x1p20f;
+  return p.repetition >= 1.0f && p.repetition <= kMax && p.frequency >= 0.0f && p.frequency <= kMax &&
+         p.presence >= 0.0f && p.presence <= kMax;
+}
+// A finite logit below this takes the whole rule even in a lowering row (apply_rules).
+constexpr float kLoweringFloor = -0x1p100f;
 
 __device__ __forceinline__ RowKind row_kind(const RowPrologue& pro, const RowJob& job, int32_t V) {
   const SlotParams& p = pro.p;
@@ -62,6 +83,7 @@ __device__ __forceinline__ RowKind row_kind(const RowPrologue& pro, const RowJob
   k.need_raw = want_lp && job.mode == LogprobMode::kRaw;
   k.inv_t = pro.greedy ? 1.0f : 1.0f / p.temperature;
   k.top_k = k.truncated && top_k_on && p.top_k <= kFastThreads ? p.top_k : 0;
+  k.lowering = SONIC_LOWERING_SKIP && pro.penalised && k.truncated && !k.need_sum && penalties_only_lower(p);
   return k;
 }
 
@@ -195,24 +217,57 @@ struct ScreenContext {
   uint32_t* lane_max;        // shared: Stage1Shared::lane_max
 };
 
+// Register i of x, by a tree of selects on the bits of i (31 selects, no local memory).
+__device__ __forceinline__ float pick_register(const float (&x)[kGroupTokens], int i) {
+  float a[16];
+#pragma unroll
+  for (int k = 0; k < 16; ++k) a[k] = (i & 1) ? x[2 * k + 1] : x[2 * k];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) a[k] = (i & 2) ? a[2 * k + 1] : a[2 * k];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) a[k] = (i & 4) ? a[2 * k + 1] : a[2 * k];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) a[k] = (i & 8) ? a[2 * k + 1] : a[2 * k];
+  return (i & 16) ? a[1] : a[0];
+}
+
 // Steps 1-4 on one group of a lane (x: the input logits of its 32 registers; mask_word, seen_word:
 // the lane's words of the group's bitmaps). Tokens that no list names and that are neither in the
 // history nor drafted only need the bitmask and the allowed-list test; the others ("special") take
 // the whole rule, one at a time, with the parameters read afresh (a rare path that should hold no
 // registers across the screen).
+// In a lowering row (RowKind::lowering; bound_hi: the warp's running bound, else 0) a history token
+// that no list names and no draft is, with an input logit x below the key bound_hi - 1, keeps x and
+// takes only the bitmask test: its penalised value lies at or below x, so it is no candidate, and x
+// stays below every key the chunk's maximum may hold (the bound is at most one above some lane's
+// maximum), so no lane maximum it may become is the chunk's; its validity is x's (x >= -2^100:
+// finite stays finite; -inf and NaN become -inf either way). Most history tokens lie there, and
+// each lookup is a memory round trip that the screen waits on.
 // Returns the lane's special registers (bit i: register i), the only ones whose x may differ from
-// the input logit.
+// the input logit among those at or above the bound.
 template <DType D>
 __device__ __forceinline__ uint32_t apply_rules(const ScreenContext& c, uint32_t mask_word, uint32_t seen_word,
-                                                int32_t base, SpecialTokens& special_tokens, float (&x)[kGroupTokens]) {
+                                                int32_t base, uint32_t bound_hi, SpecialTokens& special_tokens,
+                                                float (&x)[kGroupTokens]) {
   const RowPrologue& pro = *c.pro;
   const SlotTableView& tab = c.job->table;
   const int lane = threadIdx.x & 31;
   uint32_t allow = pro.mask ? lane_bits<D>(mask_word) : 0xFFFFFFFFu;
   if (pro.p.flags & kSlotHasAllowed) allow = 0;  // the allowed tokens are all listed, hence special
+  uint32_t seen = pro.penalised ? lane_bits<D>(seen_word) : 0u;
+  // Keys up to 0x00800000 are -inf or NaN patterns: no bound that low lets a token through. (Listed
+  // and drafted tokens are marked below, whatever their value.)
+  if (SONIC_LOWERING_SKIP && (SONIC_LOWERING_SKIP_F16 || D != DType::kF16) && c.kind->lowering && bound_hi > 0x00800000u) {
+    const float below = detail::order_bits_to_float(bound_hi - 1u);
+    for (uint32_t rest = seen; rest;) {
+      const int i = __ffs(rest) - 1;
+      rest &= rest - 1;
+      const float xi = pick_register(x, i);
+      if (!(xi >= below) && !(xi < kLoweringFloor && xi > -INFINITY)) seen &= ~(1u << i);
+    }
+  }
   bool listed;
-  const uint32_t special =
-      (pro.penalised ? lane_bits<D>(seen_word) : 0u) | special_tokens.template mark<D>(base, tab.vocab_size, listed);
+  const uint32_t special = seen | special_tokens.template mark<D>(base, tab.vocab_size, listed);
 #pragma unroll
   for (int i = 0; i < kGroupTokens; ++i)
     if (!((special >> i) & 1u) && !((allow >> i) & 1u)) x[i] = -INFINITY;
@@ -257,20 +312,6 @@ __device__ __forceinline__ void append_candidates(const ScreenContext& c, uint32
   if (c1) c.list[at + __popc(b1 & below)] = k1;
   if (c2) c.list[at + __popc(b1) + __popc(b2 & below)] = k2;
   if (c3) c.list[at + __popc(b1) + __popc(b2) + __popc(b3 & below)] = k3;
-}
-
-// Register i of x, by a tree of selects on the bits of i (31 selects, no local memory).
-__device__ __forceinline__ float pick_register(const float (&x)[kGroupTokens], int i) {
-  float a[16];
-#pragma unroll
-  for (int k = 0; k < 16; ++k) a[k] = (i & 1) ? x[2 * k + 1] : x[2 * k];
-#pragma unroll
-  for (int k = 0; k < 8; ++k) a[k] = (i & 2) ? a[2 * k + 1] : a[2 * k];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) a[k] = (i & 4) ? a[2 * k + 1] : a[2 * k];
-#pragma unroll
-  for (int k = 0; k < 2; ++k) a[k] = (i & 8) ? a[2 * k + 1] : a[2 * k];
-  return (i & 16) ? a[1] : a[0];
 }
 
 // The input logit of register i of group g in the step's slot (a dynamic index into shared memory,
@@ -485,7 +526,8 @@ __device__ __forceinline__ void screen_group(const ScreenContext& c, const StepS
     }
   }
   uint32_t special = 0;
-  if (pro.has_rules) special = apply_rules<D>(c, slot.mask[g][lane], slot.seen[g][lane], base, special_tokens, x);
+  if (pro.has_rules)
+    special = apply_rules<D>(c, slot.mask[g][lane], slot.seen[g][lane], base, acc.bound_hi, special_tokens, x);
   if (pro.has_rules || !clean) {
     int valid = 0;
 #pragma unroll
