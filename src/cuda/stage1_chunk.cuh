@@ -36,14 +36,6 @@
 #include "cuda/timeline.cuh"
 #include "cuda/warp_reduce.cuh"
 
-// Experiment switch (0: every history token takes its lookup, as before).
-#ifndef SONIC_LOWERING_SKIP
-#define SONIC_LOWERING_SKIP 1
-#endif
-#ifndef SONIC_LOWERING_SKIP_F16
-#define SONIC_LOWERING_SKIP_F16 1
-#endif
-
 namespace sonic::cuda {
 
 // What a row needs from the fast path, fixed before the tokens (uniform over the row).
@@ -83,7 +75,7 @@ __device__ __forceinline__ RowKind row_kind(const RowPrologue& pro, const RowJob
   k.need_raw = want_lp && job.mode == LogprobMode::kRaw;
   k.inv_t = pro.greedy ? 1.0f : 1.0f / p.temperature;
   k.top_k = k.truncated && top_k_on && p.top_k <= kFastThreads ? p.top_k : 0;
-  k.lowering = SONIC_LOWERING_SKIP && pro.penalised && k.truncated && !k.need_sum && penalties_only_lower(p);
+  k.lowering = pro.penalised && k.truncated && !k.need_sum && penalties_only_lower(p);
   return k;
 }
 
@@ -257,7 +249,7 @@ __device__ __forceinline__ uint32_t apply_rules(const ScreenContext& c, uint32_t
   uint32_t seen = pro.penalised ? lane_bits<D>(seen_word) : 0u;
   // Keys up to 0x00800000 are -inf or NaN patterns: no bound that low lets a token through. (Listed
   // and drafted tokens are marked below, whatever their value.)
-  if (SONIC_LOWERING_SKIP && (SONIC_LOWERING_SKIP_F16 || D != DType::kF16) && c.kind->lowering && bound_hi > 0x00800000u) {
+  if (c.kind->lowering && bound_hi > 0x00800000u) {
     const float below = detail::order_bits_to_float(bound_hi - 1u);
     for (uint32_t rest = seen; rest;) {
       const int i = __ffs(rest) - 1;
