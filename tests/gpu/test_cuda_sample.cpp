@@ -369,6 +369,16 @@ TEST_P(CudaAgreement, MatchesReferenceTokenForToken) {
   EXPECT_LE(near_ties, compared / 20);
 }
 
+// agreement_on for `steps` calls, its counts printed under `what`; at most one row in 20 may
+// disagree, each one checked to be a near-tie by compare().
+AgreementCount agreement_within_near_ties(const Batch& b, int steps, const char* what) {
+  const AgreementCount n = agreement_on(b, steps);
+  std::printf("%s V=%d dtype=%d: %d rows compared, %d near-tie disagreements, exact rows %llu\n", what, b.V,
+              static_cast<int>(b.dtype), n.compared, n.near_ties, static_cast<unsigned long long>(n.exact_rows));
+  EXPECT_LE(n.near_ties, n.compared / 20);
+  return n;
+}
+
 // 16-bit rows without rules whose call asks only for tokens (the last third of the steps) take
 // stage 1's packed screen (bf16x2 / half2 compares straight from the slot) once a warp has a bound;
 // -inf, NaN and plateau rows (four or more hits a lane) send groups back to the full screen. Every
@@ -389,10 +399,7 @@ void packed_screen_agrees(int32_t V) {
       else if (u(rng) < 0.5f) q.min_p = 0.2f * u(rng);
       p = q;
     }
-    const AgreementCount n = agreement_on(b, 9);
-    std::printf("packed screen V=%d dtype=%d: %d rows compared, %d near-tie disagreements, exact rows %llu\n", V,
-                static_cast<int>(dtype), n.compared, n.near_ties, static_cast<unsigned long long>(n.exact_rows));
-    EXPECT_LE(n.near_ties, n.compared / 20);  // each one checked to be a near-tie by compare()
+    agreement_within_near_ties(b, 9, "packed screen");
   }
 }
 
@@ -449,10 +456,7 @@ void lowering_penalties_agree(int32_t V) {
       b.params[0].allowed_tokens.clear();
       b.bitmask_index[0] = -1;
     }
-    const AgreementCount n = agreement_on(b, 9);
-    std::printf("lowering penalties V=%d dtype=%d: %d rows compared, %d near-tie disagreements, exact rows %llu\n", V,
-                static_cast<int>(dtype), n.compared, n.near_ties, static_cast<unsigned long long>(n.exact_rows));
-    EXPECT_LE(n.near_ties, n.compared / 20);  // each one checked to be a near-tie by compare()
+    agreement_within_near_ties(b, 9, "lowering penalties");
   }
 }
 
