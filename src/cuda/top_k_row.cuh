@@ -20,6 +20,7 @@ __device__ __forceinline__ RowKind top_k_row_kind(int32_t k) {
   kind.need_raw = false;
   kind.inv_t = 1.0f;
   kind.top_k = k <= kFastThreads ? k : 0;
+  kind.lowering = false;  // no penalties
   return kind;
 }
 
