@@ -401,8 +401,8 @@ __device__ __forceinline__ bool screen_packed_by_bound(const ScreenContext& c, c
   bool clean = true;
 #pragma unroll
   for (int q = 0; q < L::kGroupLoads; ++q) {
-    const uint4 v = slot.v[g * L::kGroupLoads + q][lane];
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    const GroupPiece<D> piece(slot, g, q);
+    const uint32_t(&w)[4] = piece.w;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       Pair x2;

@@ -205,15 +205,28 @@ __device__ __forceinline__ float decode_half(uint32_t h) {
   else return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
 }
 
+// The lane's c-th 16-byte piece of group g of a step in shared memory, as its four words (one
+// token a word in fp32, two in the 16-bit formats).
+template <DType D>
+struct GroupPiece {
+  uint32_t w[4];
+  __device__ __forceinline__ GroupPiece(const StepSlot<D>& slot, int g, int c) {
+    const uint4 q = slot.v[g * StepLayout<D>::kGroupLoads + c][threadIdx.x & 31];
+    w[0] = q.x;
+    w[1] = q.y;
+    w[2] = q.z;
+    w[3] = q.w;
+  }
+};
+
 // The lane's 32 registers of group g of a step in shared memory, decoded to fp32.
 template <DType D>
 __device__ __forceinline__ void read_group(const StepSlot<D>& slot, int g, float (&x)[kGroupTokens]) {
   using L = StepLayout<D>;
-  const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int c = 0; c < L::kGroupLoads; ++c) {
-    const uint4 q = slot.v[g * L::kGroupLoads + c][lane];
-    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+    const GroupPiece<D> piece(slot, g, c);
+    const uint32_t(&w)[4] = piece.w;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       if constexpr (D == DType::kF32) {
