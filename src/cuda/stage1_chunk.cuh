@@ -79,6 +79,15 @@ __device__ __forceinline__ RowKind row_kind(const RowPrologue& pro, const RowJob
   return k;
 }
 
+// 2^v with results below 2^-126 flushed to zero: one MUFU.EX2, where __expf's non-flushing form adds
+// a range fix-up of four instructions. A term that small is lost anyway in a sum that holds its
+// maximum's term, 1.
+__device__ __forceinline__ float exp2_flush(float v) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+  return r;
+}
+
 // A running sum of exp((x - max) * inv_t) with its running maximum, rescaled when the maximum grows.
 // Only finite maxima carry a sum (a row with a +inf or no finite maximum never uses it).
 struct ExpSum {
@@ -90,6 +99,16 @@ struct ExpSum {
       max = m;
     }
     return max > -INFINITY && max < INFINITY;
+  }
+  // Adds exp((x_i - max) * inv_t) over a group's registers, after rebase(the group's maximum) said
+  // yes: -inf and NaN add 0 (fmaxf takes -inf over NaN, and 2^-inf is 0). Five instructions a token
+  // in four partial sums, where the guarded __expf took about thirteen (perf-notes v3.13).
+  __device__ __forceinline__ void add_group(const float (&x)[kGroupTokens], float inv_t) {
+    const float to_base2 = inv_t * 1.4426950408889634f;
+    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < kGroupTokens; ++i) part[i % 4] += exp2_flush(fmaxf((x[i] - max) * to_base2, -INFINITY));
+    sum += (part[0] + part[1]) + (part[2] + part[3]);
   }
   // Combines the 32 lanes' sums into a warp's (every lane gets it).
   __device__ __forceinline__ ExpSum warp_combine(float inv_t) const {
@@ -223,11 +242,31 @@ __device__ __forceinline__ float pick_register(const float (&x)[kGroupTokens], i
   return (i & 16) ? a[1] : a[0];
 }
 
-// Steps 1-4 on one group of a lane (x: the input logits of its 32 registers; mask_word, seen_word:
-// the lane's words of the group's bitmaps). Tokens that no list names and that are neither in the
-// history nor drafted only need the bitmask and the allowed-list test; the others ("special") take
-// the whole rule, one at a time, with the parameters read afresh (a rare path that should hold no
-// registers across the screen).
+// The value of register i of group g in the step's slot (a dynamic index into shared memory, where
+// the registers could only be indexed by a tree of selects): the input logit, or in fp32 the
+// rules' value for a special token once apply_rules has stored it there.
+template <DType D>
+__device__ __forceinline__ float slot_value(const StepSlot<D>& slot, int g, int i) {
+  using L = StepLayout<D>;
+  const char* piece = reinterpret_cast<const char*>(&slot.v[g * L::kGroupLoads + i / L::kWidth][threadIdx.x & 31]);
+  if constexpr (D == DType::kF32) return *reinterpret_cast<const float*>(piece + (i % L::kWidth) * 4);
+  else return decode_half<D>(*reinterpret_cast<const unsigned short*>(piece + (i % L::kWidth) * 2));
+}
+// Stores an fp32 value in register i's place of the lane's piece of the slot (only the lane reads it).
+__device__ __forceinline__ void set_slot_value(StepSlot<DType::kF32>& slot, int g, int i, float v) {
+  using L = StepLayout<DType::kF32>;
+  char* piece = reinterpret_cast<char*>(&slot.v[g * L::kGroupLoads + i / L::kWidth][threadIdx.x & 31]);
+  *reinterpret_cast<float*>(piece + (i % L::kWidth) * 4) = v;
+}
+
+// Steps 1-4 on one group g of a lane (x: the input logits of its 32 registers, as in the slot; the
+// lane's words of the group's bitmaps are in the slot too). Tokens that no list names and that are
+// neither in the history nor drafted only need the bitmask and the allowed-list test; the others
+// ("special") take the whole rule, one at a time, their input logit read from the slot and the
+// parameters read afresh (a rare path that should hold no registers across the screen). In fp32 the
+// rules' values go back to the slot and the group is read again once, where a select of the
+// register and a write back to it took about 125 instructions a special token; 16-bit slots cannot
+// hold them, so there the value is written back to its register.
 // In a lowering row (RowKind::lowering; bound_hi: the warp's running bound, else 0) a history token
 // that no list names and no draft is, with an input logit x below the key bound_hi - 1, keeps x and
 // takes only the bitmask test: its penalised value lies at or below x, so it is no candidate, and x
@@ -238,15 +277,15 @@ __device__ __forceinline__ float pick_register(const float (&x)[kGroupTokens], i
 // Returns the lane's special registers (bit i: register i), the only ones whose x may differ from
 // the input logit among those at or above the bound.
 template <DType D>
-__device__ __forceinline__ uint32_t apply_rules(const ScreenContext& c, uint32_t mask_word, uint32_t seen_word,
-                                                int32_t base, uint32_t bound_hi, SpecialTokens& special_tokens,
+__device__ __forceinline__ uint32_t apply_rules(const ScreenContext& c, StepSlot<D>& slot, int g, int32_t base,
+                                                uint32_t bound_hi, SpecialTokens& special_tokens,
                                                 float (&x)[kGroupTokens]) {
   const RowPrologue& pro = *c.pro;
   const SlotTableView& tab = c.job->table;
   const int lane = threadIdx.x & 31;
-  uint32_t allow = pro.mask ? lane_bits<D>(mask_word) : 0xFFFFFFFFu;
+  uint32_t allow = pro.mask ? lane_bits<D>(slot.mask[g][lane]) : 0xFFFFFFFFu;
   if (pro.p.flags & kSlotHasAllowed) allow = 0;  // the allowed tokens are all listed, hence special
-  uint32_t seen = pro.penalised ? lane_bits<D>(seen_word) : 0u;
+  uint32_t seen = pro.penalised ? lane_bits<D>(slot.seen[g][lane]) : 0u;
   // Keys up to 0x00800000 are -inf or NaN patterns: no bound that low lets a token through. (Listed
   // and drafted tokens are marked below, whatever their value.)
   if (c.kind->lowering && bound_hi > 0x00800000u) {
@@ -254,21 +293,15 @@ __device__ __forceinline__ uint32_t apply_rules(const ScreenContext& c, uint32_t
     for (uint32_t rest = seen; rest;) {
       const int i = __ffs(rest) - 1;
       rest &= rest - 1;
-      const float xi = pick_register(x, i);
+      const float xi = slot_value<D>(slot, g, i);
       if (!(xi >= below) && !(xi < kLoweringFloor && xi > -INFINITY)) seen &= ~(1u << i);
     }
   }
   bool listed;
   const uint32_t special = seen | special_tokens.template mark<D>(base, tab.vocab_size, listed);
-#pragma unroll
-  for (int i = 0; i < kGroupTokens; ++i)
-    if (!((special >> i) & 1u) && !((allow >> i) & 1u)) x[i] = -INFINITY;
   for (uint32_t rest = special; rest;) {
     const int i = __ffs(rest) - 1;
     rest &= rest - 1;
-    float xi = x[0];
-#pragma unroll
-    for (int j = 1; j < kGroupTokens; ++j) xi = j == i ? x[j] : xi;
     const int32_t t = StepLayout<D>::token(base, lane, i);
     // The history's loads first, beside the parameters' (penalised rows: most special tokens are
     // history tokens).
@@ -279,11 +312,21 @@ __device__ __forceinline__ uint32_t apply_rules(const ScreenContext& c, uint32_t
     // 20-token bias list): for a history token that search was the longest chain of dependent loads
     // on this path. (The bitmask and presence bits are loaded again rather than kept from the words
     // above: more live registers made ptxas spill in the fp16 kernel.)
-    xi = RowPrologue::token_rules(tab, p, pro.slot, pro.mask, special_tokens.drafts, special_tokens.n_drafts, t, xi,
-                                  listed, &probe);
+    const float xi = RowPrologue::token_rules(tab, p, pro.slot, pro.mask, special_tokens.drafts,
+                                              special_tokens.n_drafts, t, slot_value<D>(slot, g, i), listed, &probe);
+    if constexpr (D == DType::kF32) {
+      set_slot_value(slot, g, i, xi);
+    } else {
 #pragma unroll
-    for (int j = 0; j < kGroupTokens; ++j) x[j] = j == i ? xi : x[j];
+      for (int j = 0; j < kGroupTokens; ++j) x[j] = j == i ? xi : x[j];
+    }
   }
+  if constexpr (D == DType::kF32) {
+    if (__any_sync(0xFFFFFFFFu, special != 0)) read_group<D>(slot, g, x);
+  }
+#pragma unroll
+  for (int i = 0; i < kGroupTokens; ++i)
+    if (!((special >> i) & 1u) && !((allow >> i) & 1u)) x[i] = -INFINITY;
   return special;
 }
 
@@ -304,16 +347,6 @@ __device__ __forceinline__ void append_candidates(const ScreenContext& c, uint32
   if (c1) c.list[at + __popc(b1 & below)] = k1;
   if (c2) c.list[at + __popc(b1) + __popc(b2 & below)] = k2;
   if (c3) c.list[at + __popc(b1) + __popc(b2) + __popc(b3 & below)] = k3;
-}
-
-// The input logit of register i of group g in the step's slot (a dynamic index into shared memory,
-// where the registers could only be indexed by a tree of selects).
-template <DType D>
-__device__ __forceinline__ float slot_value(const StepSlot<D>& slot, int g, int i) {
-  using L = StepLayout<D>;
-  const char* piece = reinterpret_cast<const char*>(&slot.v[g * L::kGroupLoads + i / L::kWidth][threadIdx.x & 31]);
-  if constexpr (D == DType::kF32) return *reinterpret_cast<const float*>(piece + (i % L::kWidth) * 4);
-  else return decode_half<D>(*reinterpret_cast<const unsigned short*>(piece + (i % L::kWidth) * 2));
 }
 
 // Places the warp's hits of a by-bound screen (n a lane, at most 3) with one shared atomic, two
@@ -367,7 +400,9 @@ __device__ __forceinline__ bool screen_by_bound(const ScreenContext& c, const St
         c.list[at++] = key;
       }
     };
-    if (__any_sync(0xFFFFFFFFu, (hit & special) != 0))  // rare: a special token's x is not the input
+    // In fp32 the slot holds the rules' values (apply_rules); in 16-bit slots a special token's x is
+    // not the input (rare).
+    if (D != DType::kF32 && __any_sync(0xFFFFFFFFu, (hit & special) != 0))
       write_hits([&](int i) { return (special >> i) & 1u ? pick_register(x, i) : slot_value<D>(slot, g, i); });
     else
       write_hits([&](int i) { return slot_value<D>(slot, g, i); });
@@ -478,10 +513,10 @@ __device__ __forceinline__ void raise_by_top_k(const ScreenContext& c, int32_t t
   }
 }
 
-// Screens group g of a step (its slot in shared memory): the rules, then what the row kind needs,
-// into the lane's state.
+// Screens group g of a step (its slot in shared memory, where apply_rules leaves the rules' values
+// of an fp32 group's special tokens): the rules, then what the row kind needs, into the lane's state.
 template <DType D>
-__device__ __forceinline__ void screen_group(const ScreenContext& c, const StepSlot<D>& slot, int g, int32_t base,
+__device__ __forceinline__ void screen_group(const ScreenContext& c, StepSlot<D>& slot, int g, int32_t base,
                                              SpecialTokens& special_tokens, LaneScreen& acc) {
   using L = StepLayout<D>;
   const RowPrologue& pro = *c.pro;
@@ -510,16 +545,11 @@ __device__ __forceinline__ void screen_group(const ScreenContext& c, const StepS
     float m = -INFINITY;
 #pragma unroll
     for (int i = 0; i < kGroupTokens; ++i) m = fmaxf(m, x[i]);
-    if (acc.raw.rebase(m, 1.0f)) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kGroupTokens; ++i) sum += x[i] > -INFINITY ? __expf(x[i] - acc.raw.max) : 0.0f;
-      acc.raw.sum += sum;
-    }
+    if (acc.raw.rebase(m, 1.0f)) acc.raw.add_group(x, 1.0f);
   }
   uint32_t special = 0;
   if (pro.has_rules)
-    special = apply_rules<D>(c, slot.mask[g][lane], slot.seen[g][lane], base, acc.bound_hi, special_tokens, x);
+    special = apply_rules<D>(c, slot, g, base, acc.bound_hi, special_tokens, x);
   if (pro.has_rules || !clean) {
     int valid = 0;
 #pragma unroll
@@ -598,12 +628,7 @@ __device__ __forceinline__ void screen_group(const ScreenContext& c, const StepS
     }
   }
 
-  if (k.need_sum && acc.sum.rebase(v1, k.inv_t)) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kGroupTokens; ++i) sum += x[i] > -INFINITY ? __expf((x[i] - acc.sum.max) * k.inv_t) : 0.0f;
-    acc.sum.sum += sum;
-  }
+  if (k.need_sum && acc.sum.rebase(v1, k.inv_t)) acc.sum.add_group(x, k.inv_t);
 
   if (k.untruncated && acc.max_x > -INFINITY && acc.max_x < INFINITY) {
     // Gumbel-max over the tokens within reach of the lane's maximum so far: one Philox block a group
@@ -748,7 +773,7 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
       if (bitmaps) issue_bitmaps<D, true>(warp_step_base<D>(cr.first + ahead), mask_row, seen_row, tab.words, next);
     }
     copy_async_commit();
-    const StepSlot<D>& cur = warp_slot(slots, i);
+    StepSlot<D>& cur = warp_slot(slots, i);
     // Not unrolled: one copy of the screen's code for the two groups of a 16-bit step (the 16-bit
     // kernel shrank from 31 K to 25 K instructions; measured on the H200: bf16 -17 % at B = 512,
     // -14 % at B = 128, -2 us at B = 1).
