@@ -275,11 +275,12 @@ __device__ __forceinline__ void set_slot_value(StepSlot<DType::kF32>& slot, int 
 // finite stays finite; -inf and NaN become -inf either way). Most history tokens lie there, and
 // each lookup is a memory round trip that the screen waits on.
 // Returns the lane's special registers (bit i: register i), the only ones whose x may differ from
-// the input logit among those at or above the bound.
+// the input logit among those at or above the bound; `valid` counts the valid tokens the rules leave
+// when every input logit was valid (the caller knows whether it was).
 template <DType D>
 __device__ __forceinline__ uint32_t apply_rules(const ScreenContext& c, StepSlot<D>& slot, int g, int32_t base,
                                                 uint32_t bound_hi, SpecialTokens& special_tokens,
-                                                float (&x)[kGroupTokens]) {
+                                                float (&x)[kGroupTokens], int& valid_if_clean) {
   const RowPrologue& pro = *c.pro;
   const SlotTableView& tab = c.job->table;
   const int lane = threadIdx.x & 31;
@@ -299,6 +300,7 @@ __device__ __forceinline__ uint32_t apply_rules(const ScreenContext& c, StepSlot
   }
   bool listed;
   const uint32_t special = seen | special_tokens.template mark<D>(base, tab.vocab_size, listed);
+  int special_valid = 0;
   for (uint32_t rest = special; rest;) {
     const int i = __ffs(rest) - 1;
     rest &= rest - 1;
@@ -314,6 +316,7 @@ __device__ __forceinline__ uint32_t apply_rules(const ScreenContext& c, StepSlot
     // above: more live registers made ptxas spill in the fp16 kernel.)
     const float xi = RowPrologue::token_rules(tab, p, pro.slot, pro.mask, special_tokens.drafts,
                                               special_tokens.n_drafts, t, slot_value<D>(slot, g, i), listed, &probe);
+    special_valid += xi > -INFINITY;
     if constexpr (D == DType::kF32) {
       set_slot_value(slot, g, i, xi);
     } else {
@@ -327,6 +330,7 @@ __device__ __forceinline__ uint32_t apply_rules(const ScreenContext& c, StepSlot
 #pragma unroll
   for (int i = 0; i < kGroupTokens; ++i)
     if (!((special >> i) & 1u) && !((allow >> i) & 1u)) x[i] = -INFINITY;
+  valid_if_clean = __popc(allow & ~special) + special_valid;
   return special;
 }
 
@@ -548,15 +552,16 @@ __device__ __forceinline__ void screen_group(const ScreenContext& c, StepSlot<D>
     if (acc.raw.rebase(m, 1.0f)) acc.raw.add_group(x, 1.0f);
   }
   uint32_t special = 0;
+  int valid_if_clean = kGroupTokens;
   if (pro.has_rules)
-    special = apply_rules<D>(c, slot, g, base, acc.bound_hi, special_tokens, x);
-  if (pro.has_rules || !clean) {
+    special = apply_rules<D>(c, slot, g, base, acc.bound_hi, special_tokens, x, valid_if_clean);
+  if (clean) {  // the rules' count, without a pass over the registers
+    acc.valid += valid_if_clean;
+  } else {
     int valid = 0;
 #pragma unroll
     for (int i = 0; i < kGroupTokens; ++i) valid += x[i] > -INFINITY;
     acc.valid += valid;
-  } else {
-    acc.valid += kGroupTokens;
   }
 
   // The group's largest value. Truncated rows: by the running bound when it settles the group;
