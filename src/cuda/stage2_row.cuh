@@ -85,16 +85,6 @@ __device__ __forceinline__ TileStat load_stat(const TileStat* p) {
   return t;
 }
 
-__device__ __forceinline__ int warp_inclusive_sum(int v) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int u = __shfl_up_sync(0xFFFFFFFFu, v, o);
-    if (lane >= o) v += u;
-  }
-  return v;
-}
-
 // Warp 0 merges the row's chunk statistics into `sh` (at most 64 chunks, two a lane), with the
 // offsets of each chunk's candidates in the row's list.
 template <int Threads>

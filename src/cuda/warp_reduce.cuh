@@ -40,4 +40,15 @@ __device__ __forceinline__ unsigned long long warp_max(unsigned long long v) {
   return (static_cast<unsigned long long>(hi) << 32) | lo;
 }
 
+// Inclusive prefix sum over the lanes (lane l gets the sum of lanes 0..l).
+__device__ __forceinline__ int warp_inclusive_sum(int v) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int u = __shfl_up_sync(0xFFFFFFFFu, v, o);
+    if (lane >= o) v += u;
+  }
+  return v;
+}
+
 }  // namespace sonic::cuda
