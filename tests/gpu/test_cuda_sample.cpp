@@ -411,7 +411,9 @@ TEST(CudaPackedScreen, SmallVocabulary) { packed_screen_agrees(3001); }
 // presence >= 0) skip the history lookups of tokens below the warp's running bound in stage 1: rows
 // whose prompts hold many of their own top tokens (so the penalties reorder the kept set), plateau
 // rows (ties at the bound), rows with other penalties (every lookup taken), the history growing with
-// the sampled tokens. Row 0 holds only history tokens, at -1e35 with repetition 2^20: the penalty
+// the sampled tokens. Some history tokens are in the bias list too, most of them far below the bound:
+// the skip passes over them by value, then the list makes them special again, and their penalty
+// must still apply. Row 0 holds only history tokens, at -1e35 with repetition 2^20: the penalty
 // overflows them to -inf, so the row has no valid token, which a lookup skipped by value would miss.
 void lowering_penalties_agree(int32_t V) {
   for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16, sonic::DType::kF16}) {
@@ -443,6 +445,15 @@ void lowering_penalties_agree(int32_t V) {
       prompt.clear();
       for (int i = 0; i < 40; ++i) prompt.push_back(order[rng() % top]);
       for (int i = 0; i < 300; ++i) prompt.push_back(static_cast<int32_t>(rng() % V));
+      // Listed history tokens: four of the top ones, twelve of the random ones.
+      std::vector<char> listed(V, 0);
+      for (const auto& e : p.logit_bias) listed[e.first] = 1;
+      for (int i = 0; i < 16; ++i) {
+        const int32_t t = prompt[i < 4 ? i : 40 + static_cast<int>(rng() % 300)];
+        if (listed[t]) continue;
+        listed[t] = 1;
+        p.logit_bias.push_back({t, 6.0f * u(rng) - 3.0f});
+      }
     }
     if (dtype != sonic::DType::kF16) {  // fp16 has no -1e35
       float* row = b.logits.data();
