@@ -74,13 +74,26 @@ struct HistoryProbe {
   uint32_t word;  // the presence bitmap's word of the token
   int32_t key, prompt, output;  // the first hash slot's entry
 };
+// SONIC_PROBE_PAST_L1 (an experiment switch, off in the merged kernels): the loads bypass L1
+// (__ldcg), so that a probe's lines do not evict what stage 1 reads there again.
+#ifndef SONIC_PROBE_PAST_L1
+#define SONIC_PROBE_PAST_L1 0
+#endif
 __device__ __forceinline__ HistoryProbe history_probe(const SlotTableView& tab, int32_t slot, int32_t token) {
   const int64_t at = static_cast<int64_t>(slot) * tab.hash_capacity + history_hash(token, tab.hash_capacity);
+  const int64_t word = static_cast<int64_t>(slot) * tab.words + (token >> 5);
   HistoryProbe q;
-  q.word = tab.hist_bits[static_cast<int64_t>(slot) * tab.words + (token >> 5)];
+#if SONIC_PROBE_PAST_L1
+  q.word = __ldcg(tab.hist_bits + word);
+  q.key = __ldcg(tab.hist_keys + at);
+  q.prompt = __ldcg(tab.hist_prompt + at);
+  q.output = __ldcg(tab.hist_output + at);
+#else
+  q.word = tab.hist_bits[word];
   q.key = tab.hist_keys[at];
   q.prompt = tab.hist_prompt[at];
   q.output = tab.hist_output[at];
+#endif
   return q;
 }
 
