@@ -79,21 +79,21 @@ struct HistoryProbe {
 #ifndef SONIC_PROBE_PAST_L1
 #define SONIC_PROBE_PAST_L1 0
 #endif
+template <class T>
+__device__ __forceinline__ T probe_load(const T* p) {
+#if SONIC_PROBE_PAST_L1
+  return __ldcg(p);
+#else
+  return *p;
+#endif
+}
 __device__ __forceinline__ HistoryProbe history_probe(const SlotTableView& tab, int32_t slot, int32_t token) {
   const int64_t at = static_cast<int64_t>(slot) * tab.hash_capacity + history_hash(token, tab.hash_capacity);
-  const int64_t word = static_cast<int64_t>(slot) * tab.words + (token >> 5);
   HistoryProbe q;
-#if SONIC_PROBE_PAST_L1
-  q.word = __ldcg(tab.hist_bits + word);
-  q.key = __ldcg(tab.hist_keys + at);
-  q.prompt = __ldcg(tab.hist_prompt + at);
-  q.output = __ldcg(tab.hist_output + at);
-#else
-  q.word = tab.hist_bits[word];
-  q.key = tab.hist_keys[at];
-  q.prompt = tab.hist_prompt[at];
-  q.output = tab.hist_output[at];
-#endif
+  q.word = probe_load(tab.hist_bits + static_cast<int64_t>(slot) * tab.words + (token >> 5));
+  q.key = probe_load(tab.hist_keys + at);
+  q.prompt = probe_load(tab.hist_prompt + at);
+  q.output = probe_load(tab.hist_output + at);
   return q;
 }
 

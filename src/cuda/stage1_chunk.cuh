@@ -255,21 +255,23 @@ __device__ __forceinline__ float pick_register(const float (&x)[kGroupTokens], i
   return (i & 16) ? a[1] : a[0];
 }
 
-// The value of register i of group g in the step's slot (a dynamic index into shared memory, where
-// the registers could only be indexed by a tree of selects): the input logit, or in fp32 the
-// rules' value for a special token once apply_rules has stored it there.
+// Where register i of group g of the lane sits in the step's slot (a dynamic index into shared
+// memory, where the registers could only be indexed by a tree of selects).
+template <DType D>
+__device__ __forceinline__ const char* slot_element(const StepSlot<D>& slot, int g, int i) {
+  using L = StepLayout<D>;
+  return reinterpret_cast<const char*>(&slot.v[g * L::kGroupLoads + i / L::kWidth][threadIdx.x & 31]) +
+         (i % L::kWidth) * L::kElem;
+}
+// Its value: the input logit, or in fp32 the rules' value for a special token once apply_rules has
+// stored it there (set_slot_value; only the lane reads its own pieces).
 template <DType D>
 __device__ __forceinline__ float slot_value(const StepSlot<D>& slot, int g, int i) {
-  using L = StepLayout<D>;
-  const char* piece = reinterpret_cast<const char*>(&slot.v[g * L::kGroupLoads + i / L::kWidth][threadIdx.x & 31]);
-  if constexpr (D == DType::kF32) return *reinterpret_cast<const float*>(piece + (i % L::kWidth) * 4);
-  else return decode_half<D>(*reinterpret_cast<const unsigned short*>(piece + (i % L::kWidth) * 2));
+  if constexpr (D == DType::kF32) return *reinterpret_cast<const float*>(slot_element<D>(slot, g, i));
+  else return decode_half<D>(*reinterpret_cast<const unsigned short*>(slot_element<D>(slot, g, i)));
 }
-// Stores an fp32 value in register i's place of the lane's piece of the slot (only the lane reads it).
 __device__ __forceinline__ void set_slot_value(StepSlot<DType::kF32>& slot, int g, int i, float v) {
-  using L = StepLayout<DType::kF32>;
-  char* piece = reinterpret_cast<char*>(&slot.v[g * L::kGroupLoads + i / L::kWidth][threadIdx.x & 31]);
-  *reinterpret_cast<float*>(piece + (i % L::kWidth) * 4) = v;
+  *reinterpret_cast<float*>(const_cast<char*>(slot_element<DType::kF32>(slot, g, i))) = v;
 }
 
 // Steps 1-4 on one group g of a lane (x: the input logits of its 32 registers, as in the slot; the
@@ -288,8 +290,8 @@ __device__ __forceinline__ void set_slot_value(StepSlot<DType::kF32>& slot, int 
 // finite stays finite; -inf and NaN become -inf either way). Most history tokens lie there, and
 // each lookup is a memory round trip that the screen waits on.
 // Returns the lane's special registers (bit i: register i), the only ones whose x may differ from
-// the input logit among those at or above the bound; `valid` counts the valid tokens the rules leave
-// when every input logit was valid (the caller knows whether it was).
+// the input logit among those at or above the bound; `valid_if_clean` counts the valid tokens the
+// rules leave when every input logit was valid (the caller knows whether it was).
 template <DType D>
 __device__ __forceinline__ uint32_t apply_rules(const ScreenContext& c, StepSlot<D>& slot, int g, int32_t base,
                                                 uint32_t bound_hi, SpecialTokens& special_tokens,
