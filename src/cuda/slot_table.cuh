@@ -74,26 +74,13 @@ struct HistoryProbe {
   uint32_t word;  // the presence bitmap's word of the token
   int32_t key, prompt, output;  // the first hash slot's entry
 };
-// SONIC_PROBE_PAST_L1 (an experiment switch, off in the merged kernels): the loads bypass L1
-// (__ldcg), so that a probe's lines do not evict what stage 1 reads there again.
-#ifndef SONIC_PROBE_PAST_L1
-#define SONIC_PROBE_PAST_L1 0
-#endif
-template <class T>
-__device__ __forceinline__ T probe_load(const T* p) {
-#if SONIC_PROBE_PAST_L1
-  return __ldcg(p);
-#else
-  return *p;
-#endif
-}
 __device__ __forceinline__ HistoryProbe history_probe(const SlotTableView& tab, int32_t slot, int32_t token) {
   const int64_t at = static_cast<int64_t>(slot) * tab.hash_capacity + history_hash(token, tab.hash_capacity);
   HistoryProbe q;
-  q.word = probe_load(tab.hist_bits + static_cast<int64_t>(slot) * tab.words + (token >> 5));
-  q.key = probe_load(tab.hist_keys + at);
-  q.prompt = probe_load(tab.hist_prompt + at);
-  q.output = probe_load(tab.hist_output + at);
+  q.word = tab.hist_bits[static_cast<int64_t>(slot) * tab.words + (token >> 5)];
+  q.key = tab.hist_keys[at];
+  q.prompt = tab.hist_prompt[at];
+  q.output = tab.hist_output[at];
   return q;
 }
 

@@ -144,22 +144,12 @@ struct WarpSummary {
   int32_t nan;
 };
 
-// Experiment switches (off: the merged kernels; perf-notes, "The next GPU calls"): the row's
-// parameters for the special-token rule from shared memory instead of read-only loads
-// (SONIC_PARAMS_IN_SHARED), and the history probe's loads past L1 (SONIC_PROBE_PAST_L1, slot_table.cuh).
-#ifndef SONIC_PARAMS_IN_SHARED
-#define SONIC_PARAMS_IN_SHARED 0
-#endif
-
 struct Stage1Shared {
   WarpSummary warp[kFastWarps];
   int32_t count;      // candidates appended by the chunk
   uint32_t bound_hi;  // the largest warp bound so far (high word), which every warp may use
   uint32_t lane_max[kFastThreads];  // top-k rows: each lane's largest key so far (high word; 0: none)
   StepIssue issue[kFastWarps];
-#if SONIC_PARAMS_IN_SHARED
-  SlotParams params;  // rows with rules: the row's parameters, for the special tokens' rule
-#endif
 };
 
 // Keys at or above a bound: the 0 key (no token) never is.
@@ -236,9 +226,6 @@ struct ScreenContext {
   int32_t* count;            // shared: candidates appended so far
   uint32_t* bound_hi;        // shared: the chunk's running bound
   uint32_t* lane_max;        // shared: Stage1Shared::lane_max
-#if SONIC_PARAMS_IN_SHARED
-  const SlotParams* params;  // shared: Stage1Shared::params
-#endif
 };
 
 // Register i of x, by a tree of selects on the bits of i (31 selects, no local memory).
@@ -324,11 +311,7 @@ __device__ __forceinline__ uint32_t apply_rules(const ScreenContext& c, StepSlot
     // history tokens).
     HistoryProbe probe{};
     if (pro.penalised) probe = history_probe(tab, pro.slot, t);
-#if SONIC_PARAMS_IN_SHARED
-    const SlotParams p = *c.params;
-#else
     const SlotParams p = load_params(tab.params + pro.slot);
-#endif
     // The list is searched only in groups where it names a token (about 20 groups in 1200 for a
     // 20-token bias list): for a history token that search was the longest chain of dependent loads
     // on this path. (The bitmask and presence bits are loaded again rather than kept from the words
@@ -755,9 +738,6 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
   if (threadIdx.x == 0) {
     sh.count = 0;
     sh.bound_hi = 0;
-#if SONIC_PARAMS_IN_SHARED
-    if (pro.has_rules) sh.params = pro.p;  // ordered before the screen by its first barrier
-#endif
   }
   sh.lane_max[threadIdx.x] = 0;
   // The first steps' logits are in flight; their bitmap words follow now that the request is known
@@ -778,9 +758,6 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
   c.count = &sh.count;
   c.bound_hi = &sh.bound_hi;
   c.lane_max = sh.lane_max;
-#if SONIC_PARAMS_IN_SHARED
-  c.params = &sh.params;
-#endif
   SpecialTokens special;
   if (pro.has_rules) special.init(tab, pro, warp_step_base<D>(cr.first));
   if ((threadIdx.x & 31) == 0) sh.issue[warp] = step_issue<D>(row, vec_ok, warp_step_base<D>(cr.first), steps, V, slots);
