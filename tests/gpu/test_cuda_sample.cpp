@@ -9,6 +9,7 @@
 #include <utility>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -289,15 +290,25 @@ struct AgreementCount {
   uint64_t exact_rows = 0;  // rows the GPU sent to the exact kernel
 };
 
+// Rows mapped to scattered slots of a table of R + 8, by a multiplier prime to the table's size so
+// that no two rows share a slot (5 alone made rows share slots whenever 5 divided R + 8, as at
+// R = 12, where a row was then checked against another row's parameters).
+std::vector<int32_t> scattered_slots(int32_t R) {
+  int32_t m = 5;
+  while (std::gcd(m, R + 8) != 1) m += 2;
+  std::vector<int32_t> slots(R);
+  for (int32_t r = 0; r < R; ++r) slots[r] = static_cast<int32_t>((static_cast<int64_t>(r) * m + 3) % (R + 8));
+  return slots;
+}
+
 // Samples `steps` calls of batch b on both backends and compares them; the emitted tokens feed the
 // next call's penalties. row_pad: see run.
 AgreementCount agreement_on(const Batch& b, int steps, int64_t row_pad = 0) {
   const int32_t R = b.rows;
   sonic::Sampler cpu(make_config(sonic::Backend::kCpu, b.V, R));
   sonic::Sampler gpu(make_config(sonic::Backend::kCuda, b.V, R));
-  std::vector<int32_t> slots(R);
+  const std::vector<int32_t> slots = scattered_slots(R);
   for (int32_t r = 0; r < R; ++r) {
-    slots[r] = (r * 5 + 3) % (R + 8);  // rows map to scattered slots
     cpu.admit(slots[r], b.params[r], b.prompts[r].data(), static_cast<int64_t>(b.prompts[r].size()));
     gpu.admit(slots[r], b.params[r], b.prompts[r].data(), static_cast<int64_t>(b.prompts[r].size()));
   }
