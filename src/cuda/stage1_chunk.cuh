@@ -244,10 +244,12 @@ __device__ __forceinline__ float pick_register(const float (&x)[kGroupTokens], i
 
 // Where register i of group g of the lane sits in the step's slot (a dynamic index into shared
 // memory, where the registers could only be indexed by a tree of selects).
-template <DType D>
-__device__ __forceinline__ const char* slot_element(const StepSlot<D>& slot, int g, int i) {
+// (Slot: StepSlot<D> or const StepSlot<D>; the element has the slot's constness.)
+template <DType D, class Slot>
+__device__ __forceinline__ auto* slot_element(Slot& slot, int g, int i) {
   using L = StepLayout<D>;
-  return reinterpret_cast<const char*>(&slot.v[g * L::kGroupLoads + i / L::kWidth][threadIdx.x & 31]) +
+  using Byte = typename std::conditional<std::is_const<Slot>::value, const char, char>::type;
+  return reinterpret_cast<Byte*>(&slot.v[g * L::kGroupLoads + i / L::kWidth][threadIdx.x & 31]) +
          (i % L::kWidth) * L::kElem;
 }
 // Its value: the input logit, or in fp32 the rules' value for a special token once apply_rules has
@@ -258,7 +260,7 @@ __device__ __forceinline__ float slot_value(const StepSlot<D>& slot, int g, int 
   else return decode_half<D>(*reinterpret_cast<const unsigned short*>(slot_element<D>(slot, g, i)));
 }
 __device__ __forceinline__ void set_slot_value(StepSlot<DType::kF32>& slot, int g, int i, float v) {
-  *reinterpret_cast<float*>(const_cast<char*>(slot_element<DType::kF32>(slot, g, i))) = v;
+  *reinterpret_cast<float*>(slot_element<DType::kF32>(slot, g, i)) = v;
 }
 
 // Steps 1-4 on one group g of a lane (x: the input logits of its 32 registers, as in the slot; the
