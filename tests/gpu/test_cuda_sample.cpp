@@ -570,6 +570,106 @@ void placements_agree(int32_t V, std::initializer_list<int32_t> batches, int ste
 TEST(CudaStage2Placement, LastBlockAndRowKernelAgree) { placements_agree(151936, {4, 16}, 3); }
 TEST(CudaStage2Placement, SmallVocabulary) { placements_agree(30001, {6}, 2); }
 
+// SPEC.md section 4: a row's token depends on its logits, its request, seed and step only; not on
+// the batch size, the row's position or slot, nor on what the batch size makes of the launch (how
+// many chunks a row is split into, where its stage 2 runs). The same twelve requests, each given the
+// same logits call after call, are sampled alone and inside batches of 40, 200 and 300 rows (at
+// V = 151936: a tile a chunk with stage 2 in row_stage2_kernel; 13 tiles a chunk; two chunks a row
+// with stage 2 in a row's last block; a whole row a block), at shuffled positions and scattered
+// slots, three calls in the three logprob modes, every output asked for. Tokens, statuses, ranks,
+// top-N ids and final ids must be identical; log-probabilities and final probabilities within 1e-5
+// (the chunks' fp32 sums are combined in an order that depends on the chunking, so their last bits
+// may differ; a joint top-p row whose mass lands within that rounding of its threshold could in
+// principle change its token, with a chance far below one in a million a row).
+void batch_invariance(sonic::DType dtype) {
+  constexpr int32_t V = 151936, kTargets = 12, kCalls = 3;
+  std::mt19937_64 rng(2026 + static_cast<int>(dtype));
+  const Batch targets = random_batch(rng, V, kTargets, dtype, kTopN, /*with_bitmask=*/true);
+  const Batch fillers = random_batch(rng, V, 300, dtype, kTopN, /*with_bitmask=*/true);
+  const sonic::LogprobMode modes[kCalls] = {sonic::LogprobMode::kProcessed, sonic::LogprobMode::kRaw,
+                                            sonic::LogprobMode::kFinal};
+  std::vector<std::vector<HostOutputs>> layouts;  // [layout][call]: the targets' outputs, in target order
+  for (const int32_t B : {kTargets, 40, 200, 300}) {
+    std::vector<int32_t> order(B);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(B));
+    std::vector<int32_t> source(B, -1);  // the target a row holds, or -1 for a filler
+    for (int32_t i = 0; i < kTargets; ++i) source[order[i]] = i;
+    Batch b;
+    b.V = V;
+    b.cols = targets.cols;
+    b.rows = B;
+    b.dtype = dtype;
+    b.words = targets.words;
+    b.logits.resize(static_cast<size_t>(B) * b.cols);
+    b.bitmask.resize(static_cast<size_t>(B) * b.words);
+    for (int32_t r = 0, filler = 0; r < B; ++r) {
+      const bool target = source[r] >= 0;
+      const Batch& from = target ? targets : fillers;
+      const int32_t j = target ? source[r] : filler++;
+      std::copy_n(from.logits.begin() + static_cast<size_t>(j) * b.cols, b.cols, b.logits.begin() + static_cast<size_t>(r) * b.cols);
+      std::copy_n(from.bitmask.begin() + static_cast<size_t>(j) * b.words, b.words, b.bitmask.begin() + static_cast<size_t>(r) * b.words);
+      b.bitmask_index.push_back(from.bitmask_index[j] >= 0 ? r : -1);
+      b.params.push_back(from.params[j]);
+      b.prompts.push_back(from.prompts[j]);
+      b.kinds.push_back(from.kinds[j]);
+    }
+    sonic::Sampler gpu(make_config(sonic::Backend::kCuda, V, B));
+    const std::vector<int32_t> slots = scattered_slots(B);
+    for (int32_t r = 0; r < B; ++r)
+      gpu.admit(slots[r], b.params[r], b.prompts[r].data(), static_cast<int64_t>(b.prompts[r].size()));
+    std::vector<HostOutputs> calls;
+    for (int c = 0; c < kCalls; ++c) {
+      const HostOutputs h = run(gpu, b, slots, modes[c]);  // each row's token joins its history
+      HostOutputs t;
+      for (int32_t i = 0; i < kTargets; ++i) {
+        const int32_t r = order[i];
+        t.tokens.push_back(h.tokens[r]);
+        t.status.push_back(h.status[r]);
+        t.rank.push_back(h.rank[r]);
+        t.logprob.push_back(h.logprob[r]);
+        t.final_count.push_back(h.final_count[r]);
+        t.top_ids.insert(t.top_ids.end(), h.top_ids.begin() + r * kTopN, h.top_ids.begin() + (r + 1) * kTopN);
+        t.top_logprobs.insert(t.top_logprobs.end(), h.top_logprobs.begin() + r * kTopN, h.top_logprobs.begin() + (r + 1) * kTopN);
+        t.final_ids.insert(t.final_ids.end(), h.final_ids.begin() + r * kFinalCap, h.final_ids.begin() + (r + 1) * kFinalCap);
+        t.final_probs.insert(t.final_probs.end(), h.final_probs.begin() + r * kFinalCap, h.final_probs.begin() + (r + 1) * kFinalCap);
+      }
+      calls.push_back(std::move(t));
+    }
+    layouts.push_back(std::move(calls));
+  }
+  int differences = 0;
+  for (size_t l = 1; l < layouts.size(); ++l)
+    for (int c = 0; c < kCalls; ++c)
+      for (int32_t i = 0; i < kTargets; ++i) {
+        SCOPED_TRACE("layout " + std::to_string(l) + " call " + std::to_string(c) + " target " + std::to_string(i) +
+                     " kind " + std::to_string(static_cast<int>(targets.kinds[i])));
+        const HostOutputs &a = layouts[0][c], &x = layouts[l][c];
+        const bool same = a.tokens[i] == x.tokens[i] && a.status[i] == x.status[i] && a.rank[i] == x.rank[i] &&
+                          a.final_count[i] == x.final_count[i];
+        differences += !same;
+        EXPECT_EQ(a.tokens[i], x.tokens[i]);
+        EXPECT_EQ(a.status[i], x.status[i]);
+        EXPECT_EQ(a.rank[i], x.rank[i]);
+        EXPECT_EQ(a.final_count[i], x.final_count[i]);
+        EXPECT_TRUE(close(a.logprob[i], x.logprob[i], 1e-5f)) << a.logprob[i] << " vs " << x.logprob[i];
+        for (int n = 0; n < kTopN; ++n) {
+          EXPECT_EQ(a.top_ids[i * kTopN + n], x.top_ids[i * kTopN + n]) << "top " << n;
+          EXPECT_TRUE(close(a.top_logprobs[i * kTopN + n], x.top_logprobs[i * kTopN + n], 1e-5f)) << "top " << n;
+        }
+        for (int n = 0; n < kFinalCap; ++n) {
+          EXPECT_EQ(a.final_ids[i * kFinalCap + n], x.final_ids[i * kFinalCap + n]) << "final " << n;
+          EXPECT_NEAR(a.final_probs[i * kFinalCap + n], x.final_probs[i * kFinalCap + n], 1e-5f) << "final " << n;
+        }
+      }
+  std::printf("batch invariance dtype=%d: %d targets x %d calls in batches of 12 / 40 / 200 / 300: %d rows differ\n",
+              static_cast<int>(dtype), kTargets, kCalls, differences);
+}
+
+TEST(CudaBatchInvariance, TokensIndependentOfBatchSizePositionAndSlot) {
+  for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16}) batch_invariance(dtype);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllShapes, CudaAgreement,
     ::testing::Values(AgreementCase{1000, sonic::DType::kF32}, AgreementCase{1000, sonic::DType::kBF16},
