@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/random.hpp"
+#include "graph_timing.hpp"
 #include "ref/reference.hpp"
 #include "sonic/sonic.hpp"
 #if SONIC_TIMELINE
@@ -25,14 +26,6 @@
 
 namespace {
 
-#define CHECK_CUDA(x)                                                                   \
-  do {                                                                                  \
-    cudaError_t e_ = (x);                                                               \
-    if (e_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                     \
-    }                                                                                   \
-  } while (0)
 
 constexpr double kReadBandwidth = 4.33e12;  // H200 read-only reduction, ANCHORS.md
 constexpr size_t kRotateBytes = 256ull << 20;
@@ -154,10 +147,6 @@ sonic::RequestParams row_params(const Case& c, int r, int32_t V, std::mt19937_64
   return p;
 }
 
-double percentile_median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 void emit(FILE* f, const Args& a, const std::string& impl, const std::string& cs, int B, int32_t V, const std::string& dtype,
           const char* mode, double us, double floor_us, const std::string& gpu) {
@@ -168,43 +157,6 @@ void emit(FILE* f, const Args& a, const std::string& impl, const std::string& cs
   std::fflush(f);
 }
 
-// Times one call `call(i)` on rotating buffer i: graph mean over replays of a capture of every buffer,
-// and eager median. Returns {graph_us, eager_us}.
-template <class Call>
-std::pair<double, double> time_calls(cudaStream_t stream, int nbuf, int graph_replays, Call call) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < nbuf; ++i) call(i);
-  CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
-  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  CHECK_CUDA(cudaGraphLaunch(exec, stream));  // warm-up
-  cudaEvent_t e0, e1;
-  CHECK_CUDA(cudaEventCreate(&e0));
-  CHECK_CUDA(cudaEventCreate(&e1));
-  const int replays = std::max(2, graph_replays * 64 / nbuf);
-  CHECK_CUDA(cudaEventRecord(e0, stream));
-  for (int r = 0; r < replays; ++r) CHECK_CUDA(cudaGraphLaunch(exec, stream));
-  CHECK_CUDA(cudaEventRecord(e1, stream));
-  CHECK_CUDA(cudaEventSynchronize(e1));
-  float ms = 0;
-  CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-  const double graph_us = 1000.0 * ms / (static_cast<double>(replays) * nbuf);
-  std::vector<float> times;
-  for (int r = 0; r < 125; ++r) {
-    CHECK_CUDA(cudaEventRecord(e0, stream));
-    call(r % nbuf);
-    CHECK_CUDA(cudaEventRecord(e1, stream));
-    CHECK_CUDA(cudaEventSynchronize(e1));
-    CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-    if (r >= 25) times.push_back(1000.0f * ms);
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return {graph_us, percentile_median(times)};
-}
 
 // Suite "topk": Sampler::top_k (k = --k) on the homog-peaked logits, checked against the CPU
 // reference on the first rows, then timed. Lines carry suite "topk" and the k.

@@ -1,0 +1,63 @@
+// Timing shared by the device benchmarks (BENCH.md): CUDA-graph replay of a capture of every
+// rotating buffer (mean per call) and eager launches (median of 100 after 25 warm-ups).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+#include <vector>
+
+#define CHECK_CUDA(x)                                                                   \
+  do {                                                                                  \
+    cudaError_t e_ = (x);                                                               \
+    if (e_ != cudaSuccess) {                                                            \
+      std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
+      std::exit(1);                                                                     \
+    }                                                                                   \
+  } while (0)
+
+inline double percentile_median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Times one call `call(i)` on rotating buffer i: graph mean over replays of a capture of every buffer,
+// and eager median. Returns {graph_us, eager_us}.
+template <class Call>
+inline std::pair<double, double> time_calls(cudaStream_t stream, int nbuf, int graph_replays, Call call) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < nbuf; ++i) call(i);
+  CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK_CUDA(cudaGraphLaunch(exec, stream));  // warm-up
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  const int replays = std::max(2, graph_replays * 64 / nbuf);
+  CHECK_CUDA(cudaEventRecord(e0, stream));
+  for (int r = 0; r < replays; ++r) CHECK_CUDA(cudaGraphLaunch(exec, stream));
+  CHECK_CUDA(cudaEventRecord(e1, stream));
+  CHECK_CUDA(cudaEventSynchronize(e1));
+  float ms = 0;
+  CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+  const double graph_us = 1000.0 * ms / (static_cast<double>(replays) * nbuf);
+  std::vector<float> times;
+  for (int r = 0; r < 125; ++r) {
+    CHECK_CUDA(cudaEventRecord(e0, stream));
+    call(r % nbuf);
+    CHECK_CUDA(cudaEventRecord(e1, stream));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    if (r >= 25) times.push_back(1000.0f * ms);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return {graph_us, percentile_median(times)};
+}
