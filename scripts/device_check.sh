@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One full call on the GPU machine: build (CUDA for sm_90), GPU tests, compute-sanitizer, and the
 # benchmark when asked. Run through the device tool from the repo root, with .deps carried:
-#   scripts/device_check.sh [tests] [sanitize] [bench] [topk] [verify] [pytest] [e2e] [profile] [ncu] [demo] [all]
+#   scripts/device_check.sh [tests] [sanitize] [bench] [topk] [verify] [probe] [pytest] [e2e] [profile] [ncu] [demo] [all]
 #                                                          (default: tests sanitize)
 # Logs land in $OUT (or ./out when OUT is unset).
 set -uo pipefail
@@ -18,6 +18,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITE
 targets=(--target sonic_gpu_tests)
 [[ " $steps " == *" bench "* || " $steps " == *" topk "* || " $steps " == *" verify "* ]] && targets+=(--target sonic_bench)
 [[ " $steps " == *" demo "* ]] && targets+=(--target sonic_cli)
+[[ " $steps " == *" probe "* ]] && targets+=(--target sonic_cluster_probe)
 [[ " $steps " == *" all "* ]] && targets=()
 cmake --build build-gpu -j16 "${targets[@]}" >"$L/build.log" 2>&1 || { log "build FAILED"; grep -E "error" "$L/build.log" | head -40; exit 1; }
 log "build ok"
@@ -67,6 +68,15 @@ if [[ " $steps " == *" verify "* ]]; then
     --drafts ${SONIC_VERIFY_DRAFTS:-1,3,5,7} --out "$OUT/h200.jsonl" --commit "$commit" --date "$(date -u +%F)" \
     2>&1 | tee "$L/baselines_verify.log" | tail -30
   log "baselines verify rc=${PIPESTATUS[0]}"
+fi
+if [[ " $steps " == *" probe "* ]]; then
+  # docs/design-small-batch.md's first measurement: a row's argmax merged through global memory
+  # against a thread-block cluster (bench/cluster_probe.cu).
+  commit=${SONIC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+  build-gpu/bench/sonic_cluster_probe ${SONIC_PROBE_ARGS:-} --out "$OUT/h200.jsonl" --commit "$commit" \
+    --date "$(date -u +%F)" 2>&1 | tee "$L/probe.log" | tail -45; r=${PIPESTATUS[0]}
+  log "sonic_cluster_probe rc=$r: $(tail -1 "$L/probe.log")"
+  [ $r -ne 0 ] && rc=1
 fi
 # The Python package with its CUDA backend, built here. python3 there is itself a venv
 # (/opt/torch/.venv) that holds torch and numpy, and a venv made from it would not see them: install
