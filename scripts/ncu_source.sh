@@ -10,15 +10,18 @@
 #                                cycles; a one-block kernel needs a short one to gather enough samples),
 #                                SONIC_NCU_MEMORY=1 (also the memory workload section, and the warp-state
 #                                and memory lines printed: is a stream held by the memory system or by
-#                                the SM's load pipeline?)
+#                                the SM's load pipeline?), SONIC_NCU_CUDA_FLAGS (more CUDA flags for the
+#                                build: an experiment's -D switch), SONIC_NCU_ENV (environment for the
+#                                benchmark, e.g. SONIC_CUDA_HELPERS=0)
 # Caches are not flushed between replays (--cache-control none): a kernel after the fast one finds
 # the candidates in L2, as it does outside the profiler.
-# The per-line tables come back in $OUT/source_tables.tgz.
+# The per-line tables come back in $OUT/source_tables.tgz; scripts/sass_lines.py maps the SASS table to
+# source lines and scoreboards with a local disassembly of the same build.
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 device_setup sonic_source source_tables.tgz
 cmake -S . -B build-gpu-lineinfo -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DCMAKE_CUDA_FLAGS=-lineinfo "${gtest[@]}" >"$L/configure.log" 2>&1 || { echo "configure FAILED"; exit 1; }
+  -DCMAKE_CUDA_FLAGS="-lineinfo ${SONIC_NCU_CUDA_FLAGS:-}" "${gtest[@]}" >"$L/configure.log" 2>&1 || { echo "configure FAILED"; exit 1; }
 cmake --build build-gpu-lineinfo -j16 --target sonic_bench >"$L/build.log" 2>&1 ||
   { echo "build FAILED"; grep error "$L/build.log" | head -20; exit 1; }
 bench=build-gpu-lineinfo/bench/sonic_bench
@@ -27,11 +30,11 @@ dtype=${SONIC_NCU_DTYPE:-fp32}
 for b in ${SONIC_NCU_B:-1 512}; do
   args=(--out /tmp/ncu_src.jsonl --B "$b" --V 151936 --dtype "$dtype" --case "$case_")
   echo "== B=$b $case_ $dtype: kernel durations (us)"
-  ncu --clock-control none --metrics gpu__time_duration.sum -k regex:"fast_sample|row_stage2|exact_sample" -s 6 -c 9 \
+  env ${SONIC_NCU_ENV:-} ncu --clock-control none --metrics gpu__time_duration.sum -k regex:"fast_sample|row_stage2|exact_sample" -s 6 -c 9 \
     "$bench" "${args[@]}" >"$L/durations_B$b.log" 2>&1
   grep -E "sample_kernel|gpu__time_duration" "$L/durations_B$b.log" | paste - - |
     sed -E 's/.*(fast_sample_kernel|row_stage2_kernel|exact_sample_kernel).*gpu__time_duration.sum +([a-z]+) +([0-9.,]+).*/\1 \3 \2/' | head -9
-  ncu --clock-control none --cache-control none --warp-sampling-interval "${SONIC_NCU_INTERVAL:-auto}" \
+  env ${SONIC_NCU_ENV:-} ncu --clock-control none --cache-control none --warp-sampling-interval "${SONIC_NCU_INTERVAL:-auto}" \
     -k regex:"${SONIC_NCU_KERNEL:-fast_sample}" -s 2 -c 1 --section SpeedOfLight --section Occupancy \
     --section WarpStateStats --section SchedulerStats --section SourceCounters --import-source yes \
     ${SONIC_NCU_MEMORY:+--section MemoryWorkloadAnalysis} \

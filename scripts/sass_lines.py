@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Maps an ncu SASS table (scripts/ncu_source.sh's sass_B*.csv) to CUDA source lines, with the
+scoreboards each instruction sets and waits on, from a disassembly of the same build.
+
+The device's ncu report names instructions by address only; `nvdisasm -g -hex` of a cubin compiled
+here with the same flags (the CMake compile line plus -cubin -lineinfo) gives each address its
+source line and its encoding, whose control bits hold the scoreboards (bits 105-125 of the 128-bit
+instruction: stall 4, yield 1, write scoreboard 3, read scoreboard 3, wait mask 6). A cubin's
+kernels appear one after another; --kernel picks one by a substring of its mangled name.
+
+  nvdisasm -g -hex -c fast_sample.cubin > fast.sass
+  scripts/sass_lines.py fast.sass sass_B512.csv --kernel DTypeE0 [--top 30] [--range 3200:3240]
+
+--top prints the source lines with the most stall samples (and their executed warp instructions);
+--range prints instructions lo:hi with samples, executed count, scoreboards and text.
+"""
+import argparse
+import collections
+import csv
+import re
+
+
+def read_sass(path, kernel):
+    """[(source line, instruction text, write sb, read sb, wait mask)] of the chosen kernel."""
+    lines = open(path).read().splitlines()
+    out, on, cur, i = [], False, None, 0
+    while i < len(lines):
+        l = lines[i]
+        if l.startswith("//-----") and ".text." in l:
+            name = l.split(".text.")[1].split()[0]
+            on = kernel in name and not name.endswith("clEi")  # lambdas' sections are not the kernel
+        m = re.search(r'//## File "([^"]+)", line (\d+)', l)
+        if on and m:
+            cur = m.group(1).split("/")[-1] + ":" + m.group(2)
+        m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?);\s*/\* (0x[0-9a-f]+) \*/", l)
+        if on and m and i + 1 < len(lines):
+            hi = re.search(r"/\* (0x[0-9a-f]+) \*/", lines[i + 1])
+            c = int(hi.group(1), 16) >> 41 if hi else 0
+            out.append((cur or "?", m.group(2).strip(), (c >> 5) & 7, (c >> 8) & 7, (c >> 11) & 0x3F))
+            i += 2
+            continue
+        i += 1
+    return out
+
+
+def read_csv(path):
+    rows = list(csv.reader(open(path, newline="")))
+    header = next(r for r in rows if "Warp Stall Sampling (All Samples)" in r)
+    start = rows.index(header) + 1
+    data = [r for r in rows[start:] if len(r) == len(header)]
+    samples = header.index("Warp Stall Sampling (All Samples)")
+    executed = header.index("Instructions Executed")
+    return [(float(r[samples] or 0), int(r[executed] or 0)) for r in data]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("sass")
+    ap.add_argument("csv")
+    ap.add_argument("--kernel", default="")
+    ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--range", default="")
+    a = ap.parse_args()
+    ins, prof = read_sass(a.sass, a.kernel), read_csv(a.csv)
+    if len(ins) != len(prof):
+        print(f"warning: {len(ins)} instructions disassembled, {len(prof)} profiled: not the same build?")
+    total = sum(s for s, _ in prof) or 1.0
+    by_line, ex_line = collections.Counter(), collections.Counter()
+    for (line, *_), (s, e) in zip(ins, prof):
+        by_line[line] += s
+        ex_line[line] += e
+    print(f"{int(total)} samples, {sum(e for _, e in prof)} warp instructions executed")
+    for line, s in by_line.most_common(a.top):
+        print(f"{100 * s / total:5.1f}%  executed {ex_line[line]:10d}  {line}")
+    if a.range:
+        lo, hi = (int(x) for x in a.range.split(":"))
+        sb = lambda v: "-" if v == 7 else str(v)
+        for k in range(lo, min(hi, len(ins), len(prof))):
+            line, text, wb, rb, wait = ins[k]
+            print(f"{k:6d} {int(prof[k][0]):6d} {prof[k][1]:9d}  wb={sb(wb)} rb={sb(rb)} wait={wait:06b}  {text[:60]}  [{line}]")
+
+
+if __name__ == "__main__":
+    main()
