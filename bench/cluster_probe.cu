@@ -200,12 +200,13 @@ int main(int argc, char** argv) {
     for (const Probe& pr : probes)
       for (const bool empty : {false, true}) {
         const int32_t read = empty ? 0 : V;
-        auto launch = [&](int i) {
+        // Returns the launch's error: a cluster shape the device cannot place fails here, not later.
+        auto launch = [&](int i) -> cudaError_t {
           const float* x = d_logits + static_cast<size_t>(i) * B * V;
           int32_t* o = d_out + static_cast<size_t>(i) * B;
           if (pr.cluster == 0) {
             global_argmax<128><<<dim3(tiles, B), 128, 0, stream>>>(x, V, read, d_partial, d_counters, o);
-            return;
+            return cudaGetLastError();
           }
           cudaLaunchConfig_t cfg{};
           cfg.gridDim = dim3(pr.cluster, B);
@@ -218,26 +219,30 @@ int main(int argc, char** argv) {
           attr[0].val.clusterDim.z = 1;
           cfg.attrs = attr;
           cfg.numAttrs = 1;
-          if (pr.threads == 512) CHECK_CUDA(cudaLaunchKernelEx(&cfg, cluster_argmax<512>, x, V, read, rounds, o));
-          else CHECK_CUDA(cudaLaunchKernelEx(&cfg, cluster_argmax<128>, x, V, read, rounds, o));
+          return pr.threads == 512 ? cudaLaunchKernelEx(&cfg, cluster_argmax<512>, x, V, read, rounds, o)
+                                   : cudaLaunchKernelEx(&cfg, cluster_argmax<128>, x, V, read, rounds, o);
         };
         if (pr.threads == 128 && pr.cluster == 16)
           CHECK_CUDA(cudaFuncSetAttribute(cluster_argmax<128>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-        launch(0);
-        CHECK_CUDA(cudaGetLastError());
-        CHECK_CUDA(cudaStreamSynchronize(stream));
+        const std::string name = pr.name + (empty ? " empty" : "");
+        cudaError_t e = launch(0);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+        if (e != cudaSuccess) {
+          ++failures;
+          std::printf("%-22s %4d %7d  FAILED to run: %s\n", name.c_str(), B, V, cudaGetErrorString(e));
+          continue;
+        }
         std::vector<int32_t> got(B);
         CHECK_CUDA(cudaMemcpy(got.data(), d_out, static_cast<size_t>(B) * 4, cudaMemcpyDeviceToHost));
         bool ok = true;
         for (int r = 0; r < B; ++r) ok = ok && (empty ? got[r] == -1 : got[r] == expect[r]);
-        const std::string name = pr.name + (empty ? " empty" : "");
         if (!ok) {
           ++failures;
           std::printf("%-22s %4d %7d  FAILED its check (row 0: %d, expected %d)\n", name.c_str(), B, V, got[0],
                       empty ? -1 : expect[0]);
           continue;
         }
-        const auto [graph_us, eager_us] = time_calls(stream, nbuf, 20, launch);
+        const auto [graph_us, eager_us] = time_calls(stream, nbuf, 20, [&](int i) { CHECK_CUDA(launch(i)); });
         std::printf("%-22s %4d %7d %9.2f %9.2f  ok\n", name.c_str(), B, V, graph_us, eager_us);
         if (out)
           for (const auto& [mode, us] : {std::pair<const char*, double>{"graph", graph_us}, {"eager", eager_us}})
