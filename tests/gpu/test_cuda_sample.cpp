@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <cmath>
 #include <cstdio>
@@ -573,9 +574,10 @@ TEST(CudaStage2Placement, SmallVocabulary) { placements_agree(30001, {6}, 2); }
 // SPEC.md section 4: a row's token depends on its logits, its request, seed and step only; not on
 // the batch size, the row's position or slot, nor on what the batch size makes of the launch (how
 // many chunks a row is split into, where its stage 2 runs). The same twelve requests, each given the
-// same logits call after call, are sampled alone and inside batches of 40, 200 and 300 rows (at
-// V = 151936: a tile a chunk with stage 2 in row_stage2_kernel; 13 tiles a chunk; two chunks a row
-// with stage 2 in a row's last block; a whole row a block), at shuffled positions and scattered
+// same logits call after call, are sampled alone and inside batches of 40, 200 and 300 rows (fp32
+// at V = 151936: 38 chunks of a tile, then 13 of three tiles, both with stage 2 in
+// row_stage2_kernel; two chunks of 19 tiles with stage 2 in a row's last block; a whole row a
+// block), at shuffled positions and scattered
 // slots, three calls in the three logprob modes, every output asked for. Tokens, statuses, ranks,
 // top-N ids and final ids must be identical; log-probabilities and final probabilities within 1e-5
 // (the chunks' fp32 sums are combined in an order that depends on the chunking, so their last bits
@@ -621,19 +623,22 @@ void batch_invariance(sonic::DType dtype) {
     std::vector<HostOutputs> calls;
     for (int c = 0; c < kCalls; ++c) {
       const HostOutputs h = run(gpu, b, slots, modes[c]);  // each row's token joins its history
+      // The targets' rows of each output, in target order (`width` entries a row).
+      auto targets_of = [&](const auto& v, int width) {
+        std::remove_cv_t<std::remove_reference_t<decltype(v)>> t;
+        for (int32_t i = 0; i < kTargets; ++i) t.insert(t.end(), v.begin() + order[i] * width, v.begin() + (order[i] + 1) * width);
+        return t;
+      };
       HostOutputs t;
-      for (int32_t i = 0; i < kTargets; ++i) {
-        const int32_t r = order[i];
-        t.tokens.push_back(h.tokens[r]);
-        t.status.push_back(h.status[r]);
-        t.rank.push_back(h.rank[r]);
-        t.logprob.push_back(h.logprob[r]);
-        t.final_count.push_back(h.final_count[r]);
-        t.top_ids.insert(t.top_ids.end(), h.top_ids.begin() + r * kTopN, h.top_ids.begin() + (r + 1) * kTopN);
-        t.top_logprobs.insert(t.top_logprobs.end(), h.top_logprobs.begin() + r * kTopN, h.top_logprobs.begin() + (r + 1) * kTopN);
-        t.final_ids.insert(t.final_ids.end(), h.final_ids.begin() + r * kFinalCap, h.final_ids.begin() + (r + 1) * kFinalCap);
-        t.final_probs.insert(t.final_probs.end(), h.final_probs.begin() + r * kFinalCap, h.final_probs.begin() + (r + 1) * kFinalCap);
-      }
+      t.tokens = targets_of(h.tokens, 1);
+      t.status = targets_of(h.status, 1);
+      t.rank = targets_of(h.rank, 1);
+      t.logprob = targets_of(h.logprob, 1);
+      t.final_count = targets_of(h.final_count, 1);
+      t.top_ids = targets_of(h.top_ids, kTopN);
+      t.top_logprobs = targets_of(h.top_logprobs, kTopN);
+      t.final_ids = targets_of(h.final_ids, kFinalCap);
+      t.final_probs = targets_of(h.final_probs, kFinalCap);
       calls.push_back(std::move(t));
     }
     layouts.push_back(std::move(calls));
