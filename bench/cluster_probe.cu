@@ -29,7 +29,6 @@ namespace cg = cooperative_groups;
 namespace {
 
 constexpr int kTile = 4096;  // the fast kernel's fp32 tile
-constexpr size_t kRotateBytes = 256ull << 20;
 
 // (value, token) as one key whose unsigned order is the value's, then the lower token: the
 // library's packing in spirit (finite values only here).
@@ -169,7 +168,7 @@ int main(int argc, char** argv) {
   std::printf("%-22s %4s %7s %9s %9s  check\n", "probe", "B", "V", "graph_us", "eager_us");
   for (const int B : batches) {
     const size_t row_bytes = static_cast<size_t>(V) * 4, call_bytes = row_bytes * B;
-    const int nbuf = static_cast<int>(std::max<size_t>(1, (kRotateBytes + call_bytes - 1) / call_bytes));
+    const int nbuf = rotating_buffers(call_bytes);
     std::vector<float> host(static_cast<size_t>(nbuf) * B * V);
     std::mt19937_64 rng(7 + B);
     std::normal_distribution<float> normal(0.0f, 3.0f);
@@ -250,7 +249,7 @@ int main(int argc, char** argv) {
                          "{\"suite\": \"probe\", \"impl\": \"%s\", \"case\": \"argmax%s\", \"B\": %d, \"V\": %d, \"dtype\": "
                          "\"fp32\", \"mode\": \"%s\", \"us\": %.2f, \"floor_us\": %.2f, \"gpu\": \"%s\", \"rounds\": %d, "
                          "\"commit\": \"%s\", \"date\": \"%s\"}\n",
-                         pr.name.c_str(), empty ? "-empty" : "", B, V, mode, us, empty ? 0.0 : call_bytes / 4.33e6,
+                         pr.name.c_str(), empty ? "-empty" : "", B, V, mode, us, empty ? 0.0 : read_floor_us(call_bytes),
                          prop.name, pr.cluster ? rounds : 0, commit.c_str(), date.c_str());
       }
     cudaFree(d_logits);

@@ -1,10 +1,12 @@
-// Timing shared by the device benchmarks (BENCH.md): CUDA-graph replay of a capture of every
-// rotating buffer (mean per call) and eager launches (median of 100 after 25 warm-ups).
+// Timing shared by the device benchmarks (BENCH.md): inputs rotated through >= 256 MiB, CUDA-graph
+// replay of a capture of every rotating buffer (mean per call) and eager launches (median of 100
+// after 25 warm-ups), and the one-read floor a figure is printed against.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
@@ -18,6 +20,16 @@
       std::exit(1);                                                                     \
     }                                                                                   \
   } while (0)
+
+constexpr double kReadBandwidth = 4.33e12;  // H200 read-only reduction, ANCHORS.md
+constexpr size_t kRotateBytes = 256ull << 20;
+
+// Input buffers of `bytes` a call to rotate through, so that no call finds its input in L2.
+inline int rotating_buffers(size_t bytes) {
+  return static_cast<int>(std::max<size_t>(2, (kRotateBytes + bytes - 1) / bytes));
+}
+// Reading `bytes` once at the read ceiling, in µs.
+inline double read_floor_us(size_t bytes) { return 1e6 * static_cast<double>(bytes) / kReadBandwidth; }
 
 inline double percentile_median(std::vector<float> v) {
   std::sort(v.begin(), v.end());

@@ -27,8 +27,6 @@
 namespace {
 
 
-constexpr double kReadBandwidth = 4.33e12;  // H200 read-only reduction, ANCHORS.md
-constexpr size_t kRotateBytes = 256ull << 20;
 
 // Logits: peaked = 3 N(0,1) + 10 on 5 tokens a row; flat = N(0,1). Box-Muller on Philox words.
 template <class T>
@@ -179,7 +177,7 @@ int bench_top_k(const Args& a, FILE* out, const std::string& gpu, cudaStream_t s
       const sonic::DType dt = elem == 4 ? sonic::DType::kF32 : sonic::DType::kBF16;
       for (int B : a.batches) {
         const size_t bytes = static_cast<size_t>(B) * V * elem;
-        const int nbuf = static_cast<int>(std::max<size_t>(2, (kRotateBytes + bytes - 1) / bytes));
+        const int nbuf = rotating_buffers(bytes);
         char* logits;
         CHECK_CUDA(cudaMalloc(&logits, bytes * nbuf));
         for (int i = 0; i < nbuf; ++i) {
@@ -221,7 +219,7 @@ int bench_top_k(const Args& a, FILE* out, const std::string& gpu, cudaStream_t s
         double graph_us = 0.0, eager_us = 0.0;
         if (ok) std::tie(graph_us, eager_us) = time_calls(stream, nbuf, a.graph_replays, call);
         else ++failures;
-        const double floor_us = 1e6 * static_cast<double>(bytes) / kReadBandwidth;
+        const double floor_us = read_floor_us(bytes);
         std::printf("%-14s %-5s %7d %4d %10.2f %10.2f %9.2f %6.0f%%  %s  exact rows %llu in %d of %d buffers\n",
                     ("topk-k" + std::to_string(a.k)).c_str(), dtype.c_str(), V, B, graph_us, eager_us, floor_us,
                     graph_us > 0 ? 100.0 * floor_us / graph_us : 0.0, ok ? "ok" : "FAILED(reference mismatch)",
@@ -297,7 +295,7 @@ int bench_verify(const Args& a, FILE* out, const std::string& gpu, cudaStream_t 
           }
           cu[B] = rows;
           const size_t bytes = static_cast<size_t>(rows) * V * 4;
-          const int nbuf = static_cast<int>(std::max<size_t>(2, (kRotateBytes + bytes - 1) / bytes));
+          const int nbuf = rotating_buffers(bytes);
           char* logits;
           CHECK_CUDA(cudaMalloc(&logits, bytes * nbuf));
           for (int i = 0; i < nbuf; ++i) fill_logits<<<1024, 256>>>(reinterpret_cast<float*>(logits + i * bytes), rows, V, true, 77 + i);
@@ -390,7 +388,7 @@ int bench_verify(const Args& a, FILE* out, const std::string& gpu, cudaStream_t 
             timeline::report(cname + " n=" + std::to_string(n) + " V=" + std::to_string(V) + " B=" + std::to_string(B),
                              a.timeline, nbuf, call);
 #endif
-          const double floor_us = 1e6 * static_cast<double>(bytes) / kReadBandwidth;
+          const double floor_us = read_floor_us(bytes);
           std::printf("%-14s n=%d %7d %4d %10.2f %10.2f %9.2f %6.0f%%  %s\n", cname.c_str(), n, V, B, graph_us, eager_us,
                       floor_us, graph_us > 0 ? 100.0 * floor_us / graph_us : 0.0,
                       mism == 0 ? "ok" : mism == 1 ? "ok (1 near-tie)" : ("FAILED(" + std::to_string(mism) + " requests differ)").c_str());
@@ -489,7 +487,7 @@ int main(int argc, char** argv) {
           }
           // Rotating inputs, >= 256 MiB in all.
           const size_t bytes = static_cast<size_t>(B) * V * elem;
-          const int nbuf = static_cast<int>(std::max<size_t>(2, (kRotateBytes + bytes - 1) / bytes));
+          const int nbuf = rotating_buffers(bytes);
           char* logits;
           CHECK_CUDA(cudaMalloc(&logits, bytes * nbuf));
           for (int i = 0; i < nbuf; ++i) {
@@ -567,7 +565,7 @@ int main(int argc, char** argv) {
             timeline::report(cname + " " + dtype + " V=" + std::to_string(V) + " B=" + std::to_string(B), a.timeline, nbuf,
                              [&](int i) { sampler.sample(view(i), slots, bm, o, opt); });
 #endif
-          const double floor_us = 1e6 * static_cast<double>(bytes) / kReadBandwidth;
+          const double floor_us = read_floor_us(bytes);
           // Rows sent to the exact path during the timing (graph replays run every captured call).
           std::printf("%-14s %-5s %7d %4d %10.2f %10.2f %9.2f %6.0f%%  %s  exact rows %llu\n", cname.c_str(), dtype.c_str(), V,
                       B, graph_us, eager_us, floor_us, graph_us > 0 ? 100.0 * floor_us / graph_us : 0.0, check.c_str(),
