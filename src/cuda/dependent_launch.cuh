@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <utility>
 
 #include "cuda/cuda_check.hpp"
@@ -24,6 +25,44 @@ __device__ __forceinline__ void allow_dependent_launch() {
 __device__ __forceinline__ void wait_for_prerequisite_grid() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// The early start of a dependent kernel (SONIC_COUNTED_START, default on): instead of waiting for the
+// whole grid before it, a block waits for the one count its work needs (row_stage2_kernel: its
+// row's chunks), which the blocks of that grid make as they finish. A programmatic dependent starts only
+// once every block of the grid before has allowed it or exited, so every block it waits for is
+// already resident: waiting cannot starve them of SMs. Each dependent kernel still calls
+// wait_for_prerequisite_grid before it exits, so grids complete in stream order as before.
+#ifndef SONIC_COUNTED_START
+#define SONIC_COUNTED_START 1
+#endif
+// Polling longer than this (about 0.5 ms at the H200's clock) falls back to the grid wait, after
+// which the count is complete: a slow or preempted grid before costs time, never a hang.
+constexpr long long kCountSpinCycles = 1ll << 20;
+
+// Waits until *counter reaches target and every write counted is visible to the block: the grid
+// before counts with a fence, then an atomic add. Without SONIC_COUNTED_START, waits for the grid
+// before instead. The whole block calls it.
+__device__ __forceinline__ void wait_for_count(const int32_t* counter, int32_t target) {
+#if SONIC_COUNTED_START
+  if (threadIdx.x == 0) {
+    const long long start = clock64();
+    for (;;) {
+      int32_t n;
+      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(n) : "l"(counter) : "memory");
+      if (n >= target) break;
+      if (clock64() - start > kCountSpinCycles) {
+        wait_for_prerequisite_grid();
+        break;
+      }
+    }
+  }
+  __syncthreads();
+#else
+  (void)counter;
+  (void)target;
+  wait_for_prerequisite_grid();
 #endif
 }
 

@@ -2,9 +2,9 @@
 // kernel's block is sized for stage 1 (128 threads, four blocks an SM); with a few rows, stage 2 of a
 // row in one such block is most of the call (B = 1: 26 of 36 us, four warps working through about
 // 3500 candidates and a chain of barriers), while every other SM idles. The same stage2_row code runs
-// here with four times the warps. The launch waits for the fast kernel (programmatic dependent
-// launch, so its start overlaps the fast kernel's last blocks) and lets the exact kernel's launch
-// overlap in turn.
+// here with four times the warps. A block starts once its row's chunks are counted (programmatic
+// dependent launch and wait_for_count, so its start overlaps the fast kernel's last blocks) and
+// lets the exact kernel's launch overlap in turn.
 #include "cuda/cuda_check.hpp"
 #include "cuda/dependent_launch.cuh"
 #include "cuda/prologue.cuh"
@@ -22,11 +22,12 @@ __global__ void __launch_bounds__(kRowStage2Threads) row_stage2_kernel(RowJob jo
   const int32_t r = blockIdx.x;
   if (job.top_k.k > 0) {  // Sampler::top_k: no request
     const RowKind kind = top_k_row_kind(job.top_k.k);
-    wait_for_prerequisite_grid();
+    wait_for_count(job.fast.tiles_done + r, job.fast.chunks);  // the row's chunks are done and visible
     allow_dependent_launch();
     timeline_mark(kMarkStage2);
     top_k_row(job, r, kind, sh);
     timeline_mark(kMarkExit);
+    wait_for_prerequisite_grid();  // complete after the fast kernel (dependent_launch.cuh)
     return;
   }
   int32_t slot;
@@ -44,7 +45,7 @@ __global__ void __launch_bounds__(kRowStage2Threads) row_stage2_kernel(RowJob jo
     return;
   }
   const RowPrologue pro = call_row_prologue(job, slot, mask, w);
-  wait_for_prerequisite_grid();  // every chunk of every row is done and visible
+  wait_for_count(job.fast.tiles_done + r, job.fast.chunks);  // the row's chunks are done and visible
   allow_dependent_launch();
 #if SONIC_TIMELINE && SONIC_TIMELINE_WARM_CODE
   // Diagnostic build only: an untimed run first (same outputs written twice), so that the timed run
@@ -57,6 +58,7 @@ __global__ void __launch_bounds__(kRowStage2Threads) row_stage2_kernel(RowJob jo
   stage2_row(job, r, slot, pro, row_kind(pro, job, job.table.vocab_size), w, sh);
   timeline_clock(kValueClockExit);
   timeline_mark(kMarkExit);
+  wait_for_prerequisite_grid();  // complete after the fast kernel (dependent_launch.cuh)
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 #include "common/random.hpp"
 #include "common/token_rules.hpp"
 #include "cuda/arg_max.cuh"
+#include "cuda/dependent_launch.cuh"
 #include "cuda/prologue.cuh"
 #include "cuda/row_job.cuh"
 #include "cuda/tile_loader.cuh"
@@ -833,19 +834,23 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
     t.win_token = win.token;
     t.count = sh.count;
     job.fast.stats[static_cast<int64_t>(r) * f.chunks + chunk] = t;
+    // Publish the chunk's candidates (every warp's, ordered before this by the barrier) and its
+    // statistics before counting it as done; the last chunk acquires the others', or
+    // row_stage2_kernel's block of the row waits for the count (wait_for_count).
     if (!f.separate_stage2) {
-      // Publish the chunk's candidates (every warp's, ordered before this by the barrier) and its
-      // statistics before counting it as done; the last chunk acquires the others'.
       __threadfence();
       const bool last = atomicAdd(f.tiles_done + r, 1) == f.chunks - 1;
       if (last) __threadfence();
       *last_flag = last;
+    } else if (SONIC_COUNTED_START) {
+      __threadfence();
+      atomicAdd(f.tiles_done + r, 1);
     }
   }
   timeline_mark(kMarkChunkDone);
-  // With stage 2 in row_stage2_kernel, which waits for this grid to complete (and so sees every
-  // chunk's writes), no chunk is the last: the fence and the counting atomic (about 1 us of each
-  // block's end at B = 1, the timeline's "chunk end") are left out and the block leaves.
+  // With stage 2 in row_stage2_kernel no chunk is the last. Without SONIC_COUNTED_START that kernel
+  // waits for this grid to complete (and so sees every chunk's writes): the fence and the counting
+  // atomic (about 1 us of each block's end at B = 1, the timeline's "chunk end") are left out.
   if (f.separate_stage2) return false;
   __syncthreads();
   return *last_flag != 0;

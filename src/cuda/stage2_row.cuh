@@ -30,6 +30,11 @@ template <int Threads>
 using PrefixScan = cub::BlockScan<double, Threads, cub::BLOCK_SCAN_WARP_SCANS>;
 constexpr int32_t kTopKSlack = 16;   // top-k rows sort about k + kTopKSlack keys (rounding margin)
 constexpr int32_t kShortPrefixCheck = 256;  // prefixes longer than this are checked for mass first
+// Wide blocks cut the chunks' candidate runs into parts when there are fewer chunks than listing
+// warps (list_while_merging); 0 keeps a run a chunk (for timing the two side by side).
+#ifndef SONIC_LIST_PARTS
+#define SONIC_LIST_PARTS 1
+#endif
 
 // Stage 2's shared memory for a block of Threads threads.
 template <int Threads>
@@ -161,24 +166,23 @@ template <int N>
 __device__ __forceinline__ void warp_append_batch(unsigned long long* dst, int* n, int cap,
                                                   const unsigned long long (&key)[N], unsigned keep);
 
-// Wide blocks' reading of candidates: warp `warp` of Warps takes chunks warp, warp + Warps, ... one
-// after the other, their counts summed into end[] (item j of the warp lies in run q, chunk
-// warp + q * Warps, with end[q - 1] <= j < end[q]). key[b] = the warp's item base + 32 b, read from
-// the chunk's region of the list (0 past total): N independent loads.
-template <int Warps, int Runs, int N>
-__device__ __forceinline__ void load_run_batch(const unsigned long long* list, int64_t capacity, int warp,
-                                               const int (&end)[Runs], int total, int base,
+// Wide blocks' reading of candidates: a warp's items are some runs of the row's list one after the
+// other, item j lying in run q when end[q - 1] <= j < end[q], at list[at[q] + j]. key[b] = the
+// warp's item base + 32 b (0 past total): N independent loads.
+template <int Runs, int N>
+__device__ __forceinline__ void load_run_batch(const unsigned long long* list, const int (&end)[Runs],
+                                               const int64_t (&at)[Runs], int total, int base,
                                                unsigned long long (&key)[N]) {
 #pragma unroll
   for (int b = 0; b < N; ++b) {
     const int j = base + 32 * b;
     key[b] = 0ull;
     if (j < total) {
-      int c = warp, before = 0;  // item j is candidate j - before of chunk c
+      int64_t a = at[0];
 #pragma unroll
       for (int e = 0; e + 1 < Runs; ++e)
-        if (j >= end[e]) c = warp + (e + 1) * Warps, before = end[e];
-      key[b] = __ldcg(list + c * capacity + (j - before));
+        if (j >= end[e]) a = at[e + 1];
+      key[b] = __ldcg(list + a + j);
     }
   }
 }
@@ -187,14 +191,16 @@ __device__ __forceinline__ void load_run_batch(const unsigned long long* list, i
 // the row's bound into sh.gathered (sh.n_bound counts them) while warp 0 merges the chunks'
 // statistics, so that the two chains of L2 round trips overlap (one after the other they were
 // 2.9 + 3.65 us at B = 1). Each warp finds the bound itself, the largest chunk bound (two loads a
-// lane), and the counts of its own chunks (warp w takes chunks w - 1, w - 1 + kWarps, ...); a
-// chunk's candidates are the first `count` keys of its region. sh.n_bound must be 0 before.
+// lane), and reads runs w - 1, w - 1 + kWarps, ... of the row's candidates. A run is a chunk's
+// candidates (the first `count` keys of its region), or with fewer chunks than warps (4 at
+// B = 128, where four warps read the row while the others waited) a part of them, so that every
+// warp reads. sh.n_bound must be 0 before.
 template <int Threads>
 __device__ __forceinline__ void list_while_merging(const RowJob& job, int32_t r, Stage2Shared<Threads>& sh) {
   constexpr int kWarps = Threads / 32 - 1;
-  constexpr int kRuns = (kMaxChunks + kWarps - 1) / kWarps;  // chunks a warp takes
+  constexpr int kRuns = (kMaxChunks + kWarps - 1) / kWarps;  // runs a warp takes
   constexpr int kBatch = 8;                                  // loads in flight a lane
-  static_assert(kRuns <= 32, "a lane holds the count of one of the warp's chunks");
+  static_assert(kRuns <= 32, "a lane holds the extent of one of the warp's runs");
   const int warp = threadIdx.x / 32 - 1, lane = threadIdx.x & 31;
   const int32_t chunks = job.fast.chunks;
   const TileStat* stats = job.fast.stats + static_cast<int64_t>(r) * chunks;
@@ -202,22 +208,33 @@ __device__ __forceinline__ void list_while_merging(const RowJob& job, int32_t r,
 #pragma unroll
   for (int h = 0; h < 2; ++h)
     if (lane + 32 * h < chunks) bound = max(bound, __ldcg(&stats[lane + 32 * h].bound));
-  const int own_chunk = warp + lane * kWarps;
-  const int own = lane < kRuns && own_chunk < chunks ? __ldcg(&stats[own_chunk].count) : 0;
+  const int64_t capacity = job.fast.chunk_capacity;
+  const int parts = SONIC_LIST_PARTS && chunks < kWarps ? kWarps / chunks : 1;  // runs a chunk is cut into
+  const int run = warp + lane * kWarps;  // the lane's run (lanes below kRuns)
+  int len = 0;
+  int64_t first = 0;
+  if (lane < kRuns && run < chunks * parts) {
+    const int c = run / parts, part = run - c * parts;
+    const int n = __ldcg(&stats[c].count);
+    const int lo = part * n / parts;
+    len = (part + 1) * n / parts - lo;
+    first = c * capacity + lo;
+  }
   bound = warp_max(bound);
-  int end[kRuns];  // the warp's items [end[q - 1], end[q]) are chunk warp + q * kWarps's
+  int end[kRuns];  // the warp's items [end[q - 1], end[q]) are its run q, at list[at[q] + j]
+  int64_t at[kRuns];
   int total = 0;
 #pragma unroll
   for (int q = 0; q < kRuns; ++q) {
-    total += __shfl_sync(0xFFFFFFFFu, own, q);
+    at[q] = __shfl_sync(0xFFFFFFFFu, first, q) - total;
+    total += __shfl_sync(0xFFFFFFFFu, len, q);
     end[q] = total;
   }
   const unsigned long long* list = job.fast.cands + static_cast<int64_t>(r) * job.fast.cand_stride;
-  const int64_t capacity = job.fast.chunk_capacity;
   for (int base = lane; base - lane < total; base += 32 * kBatch) {
     unsigned long long key[kBatch];
     unsigned listed = 0;
-    load_run_batch<kWarps>(list, capacity, warp, end, total, base, key);
+    load_run_batch(list, end, at, total, base, key);
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) listed |= (kept_by(key[b], bound) ? 1u : 0u) << b;
     warp_append_batch(sh.gathered, &sh.n_bound, kBoundCap, key, listed);
@@ -367,16 +384,18 @@ __device__ __forceinline__ void for_each_listed_batch(const RowJob& job, int32_t
     constexpr int kRuns = (kMaxChunks + kWarps - 1) / kWarps;  // chunks a warp takes
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     int end[kRuns];  // the warp's items [end[q - 1], end[q]) are chunk warp + q * kWarps's
+    int64_t at[kRuns];
     int total = 0;
 #pragma unroll
     for (int q = 0; q < kRuns; ++q) {
       const int c = warp + q * kWarps;
+      at[q] = c * capacity - total;
       if (c < chunks) total += (c + 1 < chunks ? sh.cand_off[c + 1] : n_all) - sh.cand_off[c];
       end[q] = total;
     }
     for (int base = lane; base - lane < total; base += 32 * N) {
       unsigned long long key[N];
-      load_run_batch<kWarps>(list, capacity, warp, end, total, base, key);
+      load_run_batch(list, end, at, total, base, key);
       g(key);
     }
   } else {
