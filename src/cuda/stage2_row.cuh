@@ -30,11 +30,6 @@ template <int Threads>
 using PrefixScan = cub::BlockScan<double, Threads, cub::BLOCK_SCAN_WARP_SCANS>;
 constexpr int32_t kTopKSlack = 16;   // top-k rows sort about k + kTopKSlack keys (rounding margin)
 constexpr int32_t kShortPrefixCheck = 256;  // prefixes longer than this are checked for mass first
-// Wide blocks cut the chunks' candidate runs into parts when there are fewer chunks than listing
-// warps (list_while_merging); 0 keeps a run a chunk (for timing the two side by side).
-#ifndef SONIC_LIST_PARTS
-#define SONIC_LIST_PARTS 1
-#endif
 
 // Stage 2's shared memory for a block of Threads threads.
 template <int Threads>
@@ -209,7 +204,7 @@ __device__ __forceinline__ void list_while_merging(const RowJob& job, int32_t r,
   for (int h = 0; h < 2; ++h)
     if (lane + 32 * h < chunks) bound = max(bound, __ldcg(&stats[lane + 32 * h].bound));
   const int64_t capacity = job.fast.chunk_capacity;
-  const int parts = SONIC_LIST_PARTS && chunks < kWarps ? kWarps / chunks : 1;  // runs a chunk is cut into
+  const int parts = chunks < kWarps ? kWarps / chunks : 1;  // runs a chunk is cut into
   const int run = warp + lane * kWarps;  // the lane's run (lanes below kRuns)
   int len = 0;
   int64_t first = 0;
