@@ -17,6 +17,15 @@
 namespace sonic::cuda {
 namespace {
 
+// A block that started on its row's count waits for the fast kernel before it leaves, so that this
+// grid still completes after it (dependent_launch.cuh); without SONIC_COUNTED_START it waited for
+// that grid at its start already (a second wait there is never needed).
+__device__ __forceinline__ void leave_after_fast_kernel() {
+#if SONIC_COUNTED_START
+  wait_for_prerequisite_grid();
+#endif
+}
+
 __global__ void __launch_bounds__(kRowStage2Threads) row_stage2_kernel(RowJob job) {
   __shared__ Stage2Shared<kRowStage2Threads> sh;
   const int32_t r = blockIdx.x;
@@ -27,7 +36,7 @@ __global__ void __launch_bounds__(kRowStage2Threads) row_stage2_kernel(RowJob jo
     timeline_mark(kMarkStage2);
     top_k_row(job, r, kind, sh);
     timeline_mark(kMarkExit);
-    wait_for_prerequisite_grid();  // complete after the fast kernel (dependent_launch.cuh)
+    leave_after_fast_kernel();
     return;
   }
   int32_t slot;
@@ -58,7 +67,7 @@ __global__ void __launch_bounds__(kRowStage2Threads) row_stage2_kernel(RowJob jo
   stage2_row(job, r, slot, pro, row_kind(pro, job, job.table.vocab_size), w, sh);
   timeline_clock(kValueClockExit);
   timeline_mark(kMarkExit);
-  wait_for_prerequisite_grid();  // complete after the fast kernel (dependent_launch.cuh)
+  leave_after_fast_kernel();
 }
 
 }  // namespace
