@@ -25,7 +25,11 @@ device_setup() {
 
 run_gpu_tests() {
   local build=$1 report=$2 r
-  "$build/tests/sonic_gpu_tests" --gtest_filter="${SONIC_TEST_FILTER:-*}" >"$L/gpu_tests.log" 2>&1; r=$?
+  # Bounded (SONIC_TEST_TIMEOUT seconds, default 300): a hang shows
+  # as rc=124 with the test it hung in at the log's end, and leaves the rest of the call its time.
+  timeout "${SONIC_TEST_TIMEOUT:-300}" "$build/tests/sonic_gpu_tests" --gtest_filter="${SONIC_TEST_FILTER:-*}" \
+    >"$L/gpu_tests.log" 2>&1; r=$?
+  [ $r -eq 124 ] && { $report "gpu tests TIMED OUT in: $(grep -E '^\[ RUN' "$L/gpu_tests.log" | tail -1)"; return 1; }
   $report "gpu tests rc=$r: $(grep -E '^\[  (PASSED|FAILED)  \]' "$L/gpu_tests.log" | head -2 | tr '\n' ' ')"
   grep -E "near-tie|disagreements|^\[ (gpu )?stats" "$L/gpu_tests.log" | head -80
   [ $r -eq 0 ] || { grep -E -A6 "Failure|error" "$L/gpu_tests.log" | head -80; return 1; }

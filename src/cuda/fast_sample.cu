@@ -30,7 +30,12 @@ constexpr size_t kFastSharedBytes = kStageBytes<D> > sizeof(Stage2Shared<kFastTh
 
 template <DType D>
 __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_sample_kernel(RowJob job) {
-  extern __shared__ uint4 dynamic_shared[];
+  // The stage-1 slots at a 128-byte aligned shared address (the static variables left them 96 bytes
+  // past one). Measured side by side, H200, V = 151936, graph (docs/perf-notes.md v3.17):
+  // homogeneous fp32 B = 512 109.0 -> 101.5 us, bf16 77.6 -> 74.2, the mix fp32 B = 512 212.7 ->
+  // 210.6, but homogeneous fp32 B = 128 42.5 -> 44.8. Not profiled yet; aligning stage 2's
+  // workspace alone moved nothing, so it is the slots' copies or reads.
+  extern __shared__ __align__(128) uint4 dynamic_shared[];
   __shared__ Stage1Shared s1;
   __shared__ int last;
   timeline_mark(kMarkEntry);
