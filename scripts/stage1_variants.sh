@@ -21,6 +21,9 @@ all_variants=(
   "chunk4::SONIC_CUDA_TILES_PER_CHUNK=4"
   "chunk8::SONIC_CUDA_TILES_PER_CHUNK=8"
   "chunk16::SONIC_CUDA_TILES_PER_CHUNK=16"
+  "slot32:-DSONIC_SLOT_OFFSET=32:"  # the stage-1 slots 32 / 64 / 96 bytes past a 128-byte row (v3.17)
+  "slot64:-DSONIC_SLOT_OFFSET=64:"
+  "slot96:-DSONIC_SLOT_OFFSET=96:"
 )
 variants=()
 IFS=";" read -r -a extra <<<"${SONIC_VARIANTS_EXTRA:-}"

@@ -25,8 +25,16 @@ namespace {
 // once every copy has landed).
 // Stage 2 must not need more than stage 1's slots, or fewer blocks would fit an SM.
 static_assert(sizeof(Stage2Shared<kFastThreads>) <= kStageBytes<DType::kF32>, "stage 2's shared memory outgrows the stage-1 slots");
+// Experiments only: the stage-1 slots this many bytes past the 128-byte aligned start of the dynamic
+// shared memory (v3.17 measured 0 against 96; stage1_variants.sh passes -DSONIC_SLOT_OFFSET=N).
+#ifndef SONIC_SLOT_OFFSET
+#define SONIC_SLOT_OFFSET 0
+#endif
+constexpr size_t kSlotOffset = SONIC_SLOT_OFFSET;
+static_assert(kSlotOffset % 16 == 0 && kSlotOffset < 128, "the slots' copies need 16-byte alignment");
 template <DType D>
-constexpr size_t kFastSharedBytes = kStageBytes<D> > sizeof(Stage2Shared<kFastThreads>) ? kStageBytes<D> : sizeof(Stage2Shared<kFastThreads>);
+constexpr size_t kFastSharedBytes =
+    kSlotOffset + (kStageBytes<D> > sizeof(Stage2Shared<kFastThreads>) ? kStageBytes<D> : sizeof(Stage2Shared<kFastThreads>));
 
 template <DType D>
 __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_sample_kernel(RowJob job) {
@@ -39,7 +47,7 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
   __shared__ Stage1Shared s1;
   __shared__ int last;
   timeline_mark(kMarkEntry);
-  StepSlot<D>* slots = reinterpret_cast<StepSlot<D>*>(dynamic_shared);
+  StepSlot<D>* slots = reinterpret_cast<StepSlot<D>*>(reinterpret_cast<char*>(dynamic_shared) + kSlotOffset);
   Stage2Shared<kFastThreads>& s2 = *reinterpret_cast<Stage2Shared<kFastThreads>*>(dynamic_shared);
   const int32_t r = blockIdx.y, chunk = blockIdx.x;
   const SlotTableView& tab = job.table;
