@@ -63,6 +63,7 @@ typedef int32_t sonic_status;
 #define SONIC_STATUS_HISTORY_FULL 8
 
 #define SONIC_MAX_TOP_LOGPROBS 20
+#define SONIC_MAX_CPU_THREADS 1024
 
 /* ---- Types ----------------------------------------------------------------------------------- */
 typedef struct sonic_sampler sonic_sampler; /* opaque */
@@ -79,6 +80,8 @@ typedef struct sonic_config {
   int32_t max_top_logprobs;  /* top-N capacity, 0..20; default 0 */
   int32_t max_final_entries; /* sparse final distribution capacity per row; default 0 */
   int32_t device;            /* CUDA device ordinal; default 0 */
+  int32_t cpu_threads;       /* CPU backend: threads a call's rows are spread over (0: one a
+                                hardware thread); default 1 */
 } sonic_config;
 
 /* sonic::RequestParams. The lists are host arrays, copied by sonic_admit. */

@@ -41,6 +41,7 @@ enum StatusBits : int32_t {
 };
 
 constexpr int32_t kMaxTopLogprobs = 20;
+constexpr int32_t kMaxCpuThreads = 1024;  // SamplerConfig::cpu_threads
 
 // Everything an engine states about one request when it admits it into a slot. Host values,
 // validated by Sampler::admit; SPEC.md section 1 gives the ranges.
@@ -75,6 +76,8 @@ struct SamplerConfig {
   int32_t max_top_logprobs = 0;    // top-N capacity, <= 20
   int32_t max_final_entries = 0;   // capacity of the sparse final distribution per row
   int32_t device = 0;              // CUDA device ordinal (CUDA backend)
+  int32_t cpu_threads = 1;         // CPU backend: threads a call's rows are spread over (0: one a
+                                   // hardware thread); the outputs never depend on it
 };
 
 // A [rows, cols] matrix of logits with a row stride in elements. cols >= vocab_size; columns past

@@ -119,6 +119,7 @@ class Sampler:
         max_final_entries: int = 0,
         backend: str = "auto",
         device: int = 0,
+        cpu_threads: int = 1,
     ):
         if not isinstance(backend, str) or backend not in BACKENDS:
             raise ValueError(
@@ -137,6 +138,7 @@ class Sampler:
             max_top_logprobs=max_top_logprobs,
             max_final_entries=max_final_entries,
             device=device,
+            cpu_threads=cpu_threads,
         )
         checked = {k: A._int(k, v, *i32) for k, v in args.items()}
         self._impl = _sonic.Sampler(backend=BACKENDS[backend], **checked)

@@ -299,7 +299,7 @@ NB_MODULE(_sonic, m) {
           "__init__",
           [](Binding* self, int backend, int32_t vocab_size, int32_t max_slots, int32_t max_rows,
              int32_t max_drafts, int32_t max_history, int32_t max_token_list,
-             int32_t max_top_logprobs, int32_t max_final_entries, int32_t device) {
+             int32_t max_top_logprobs, int32_t max_final_entries, int32_t device, int32_t cpu_threads) {
             sonic::SamplerConfig c;
             c.backend = static_cast<sonic::Backend>(backend);
             c.vocab_size = vocab_size;
@@ -311,11 +311,13 @@ NB_MODULE(_sonic, m) {
             c.max_top_logprobs = max_top_logprobs;
             c.max_final_entries = max_final_entries;
             c.device = device;
+            c.cpu_threads = cpu_threads;
             new (self) Binding(c);
           },
           nb::arg("backend"), nb::arg("vocab_size"), nb::arg("max_slots"), nb::arg("max_rows"),
           nb::arg("max_drafts"), nb::arg("max_history"), nb::arg("max_token_list"),
-          nb::arg("max_top_logprobs"), nb::arg("max_final_entries"), nb::arg("device"))
+          nb::arg("max_top_logprobs"), nb::arg("max_final_entries"), nb::arg("device"),
+          nb::arg("cpu_threads"))
       .def_prop_ro("backend",
                    [](Binding& b) { return static_cast<int>(b.sampler().backend()); })
       .def_prop_ro("config",
@@ -332,6 +334,7 @@ NB_MODULE(_sonic, m) {
                      d["max_top_logprobs"] = c.max_top_logprobs;
                      d["max_final_entries"] = c.max_final_entries;
                      d["device"] = c.device;
+                     d["cpu_threads"] = c.cpu_threads;
                      return d;
                    })
       .def(

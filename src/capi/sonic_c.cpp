@@ -58,6 +58,7 @@ static_assert(SONIC_STATUS_NO_VALID_TOKEN == sonic::kStatusNoValidToken);
 static_assert(SONIC_STATUS_INVALID_INPUT == sonic::kStatusInvalidInput);
 static_assert(SONIC_STATUS_HISTORY_FULL == sonic::kStatusHistoryFull);
 static_assert(SONIC_MAX_TOP_LOGPROBS == sonic::kMaxTopLogprobs);
+static_assert(SONIC_MAX_CPU_THREADS == sonic::kMaxCpuThreads);
 static_assert(std::is_same_v<std::underlying_type_t<sonic::Backend>, int32_t>);
 static_assert(std::is_same_v<std::underlying_type_t<sonic::DType>, int32_t>);
 static_assert(std::is_same_v<std::underlying_type_t<sonic::LogprobMode>, int32_t>);
@@ -74,7 +75,7 @@ using BiasList = std::vector<std::pair<int32_t, float>>;
 
 [[maybe_unused]] void shape_config(sonic::SamplerConfig& c) {
   auto& [backend, vocab_size, max_slots, max_rows, max_drafts, max_history, max_token_list,
-         max_top_logprobs, max_final_entries, device] = c;
+         max_top_logprobs, max_final_entries, device, cpu_threads] = c;
   SONIC_FIELD(backend, sonic::Backend);
   SONIC_FIELD(vocab_size, int32_t);
   SONIC_FIELD(max_slots, int32_t);
@@ -85,6 +86,7 @@ using BiasList = std::vector<std::pair<int32_t, float>>;
   SONIC_FIELD(max_top_logprobs, int32_t);
   SONIC_FIELD(max_final_entries, int32_t);
   SONIC_FIELD(device, int32_t);
+  SONIC_FIELD(cpu_threads, int32_t);
 }
 
 [[maybe_unused]] void shape_params(sonic::RequestParams& p) {
@@ -198,6 +200,7 @@ using BiasList = std::vector<std::pair<int32_t, float>>;
 static_assert(sizeof(sonic_config) == sizeof(sonic::SamplerConfig));
 SONIC_SAME_LAYOUT(sonic_config, sonic::SamplerConfig, max_final_entries);
 SONIC_SAME_LAYOUT(sonic_config, sonic::SamplerConfig, device);
+SONIC_SAME_LAYOUT(sonic_config, sonic::SamplerConfig, cpu_threads);
 static_assert(sizeof(sonic_logits) == sizeof(sonic::LogitsView));
 SONIC_SAME_LAYOUT(sonic_logits, sonic::LogitsView, dtype);
 SONIC_SAME_LAYOUT(sonic_logits, sonic::LogitsView, row_stride);
@@ -231,6 +234,7 @@ sonic::SamplerConfig to_cpp(const sonic_config& c) {
   r.max_top_logprobs = c.max_top_logprobs;
   r.max_final_entries = c.max_final_entries;
   r.device = c.device;
+  r.cpu_threads = c.cpu_threads;
   return r;
 }
 
@@ -246,6 +250,7 @@ sonic_config to_c(const sonic::SamplerConfig& c) {
   r.max_top_logprobs = c.max_top_logprobs;
   r.max_final_entries = c.max_final_entries;
   r.device = c.device;
+  r.cpu_threads = c.cpu_threads;
   return r;
 }
 

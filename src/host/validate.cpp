@@ -135,6 +135,9 @@ void validate_config(const SamplerConfig& config) {
   if (config.max_final_entries < 0)
     invalid_argument("config.max_final_entries", fmt(config.max_final_entries), "must be >= 0");
   if (config.device < 0) invalid_argument("config.device", fmt(config.device), "must be >= 0");
+  if (config.cpu_threads < 0 || config.cpu_threads > kMaxCpuThreads)
+    invalid_argument("config.cpu_threads", fmt(config.cpu_threads),
+                     "must be in [0, " + fmt(kMaxCpuThreads) + "] (0: one a hardware thread)");
 }
 
 void validate_slot(int32_t slot, const SamplerConfig& config, const char* name) {

@@ -1,6 +1,8 @@
-// The CPU backend: the request table in host memory and the reference, row by row. All arrays of a
-// call are host arrays. Device-side conditions (bad slot ids, draft ids, cu_rows) are checked here
-// exactly as the kernels check them, and flagged in the row's status.
+// The CPU backend: the request table in host memory and the reference, row by row (on
+// SamplerConfig::cpu_threads threads; rows read the table, and the changes a call makes are applied
+// after all of its rows, in row order). All arrays of a call are host arrays. Device-side
+// conditions (bad slot ids, draft ids, cu_rows) are checked here exactly as the kernels check them,
+// and flagged in the row's status.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -8,6 +10,7 @@
 
 #include "host/backend.hpp"
 #include "host/validate.hpp"
+#include "ref/parallel_for.hpp"
 #include "ref/reference.hpp"
 #include "sonic/error.hpp"
 
@@ -47,7 +50,9 @@ void write_logprobs(const ref::LogprobResult& lp, int64_t top_stride, float* log
 class CpuBackend final : public SamplerBackend {
  public:
   explicit CpuBackend(const SamplerConfig& config)
-      : SamplerBackend(config), slots_(static_cast<size_t>(config.max_slots)) {}
+      : SamplerBackend(config),
+        slots_(static_cast<size_t>(config.max_slots)),
+        threads_(ref::resolve_cpu_threads(config.cpu_threads)) {}
 
   Backend kind() const override { return Backend::kCpu; }
 
@@ -80,8 +85,9 @@ class CpuBackend final : public SamplerBackend {
 
   void sample(const LogitsView& logits, const int32_t* slot_ids, const BitmaskView& bitmask,
               const SampleOutputs& out, const CallOptions& options) override {
-    std::vector<SlotUpdate> updates;
-    for (int64_t r = 0; r < logits.rows; ++r) {
+    // Each row writes its own outputs; the slot it updates and the tokens it emits are kept here.
+    std::vector<SlotUpdate> row_updates(static_cast<size_t>(logits.rows));
+    ref::parallel_for(logits.rows, threads_, [&](int64_t r) {
       int32_t status = 0;
       const int32_t slot = slot_ids ? slot_ids[r] : static_cast<int32_t>(r);
       const int32_t* mask_row = nullptr;
@@ -107,26 +113,44 @@ class CpuBackend final : public SamplerBackend {
                      out.top_logprobs ? out.top_logprobs + r * out.top_stride : nullptr);
       if (out.final_ids) write_final(res.final_dist, out, r);
       if (valid) {
-        SlotUpdate u;
+        SlotUpdate& u = row_updates[static_cast<size_t>(r)];
         u.slot = slot;
         if (res.token >= 0) u.tokens.push_back(res.token);
         u.status = out.status ? out.status + r : nullptr;
-        updates.push_back(std::move(u));
       }
-    }
-    apply(updates, options);
+    });
+    apply(row_updates, options);
   }
 
   void top_k(const LogitsView& logits, int32_t k, const TopKOutputs& out, const CallOptions&) override {
-    for (int64_t r = 0; r < logits.rows; ++r) {
+    ref::parallel_for(logits.rows, threads_, [&](int64_t r) {
       const std::vector<float> x = logits_row(logits, r);
       ref::top_k_row(x.data(), config_.vocab_size, k, out.ids + r * out.stride,
                      out.values ? out.values + r * out.stride : nullptr);
-    }
+    });
   }
 
   void verify(const LogitsView& logits, const VerifyInputs& in, const BitmaskView& bitmask,
               const VerifyOutputs& out, const CallOptions& options) override {
+    // The requests' verdicts first, on the backend's threads (they only read); then every write in
+    // request order, as one thread would make them (bad cu_rows may make requests share rows).
+    struct RequestWork {
+      bool ok = false;
+      ref::VerifyResult res;
+    };
+    std::vector<RequestWork> work(static_cast<size_t>(in.num_requests));
+    ref::parallel_for(in.num_requests, threads_, [&](int64_t b) {
+      const int32_t slot = in.slots ? in.slots[b] : static_cast<int32_t>(b);
+      const int32_t first = in.cu_rows[b], last = in.cu_rows[b + 1];
+      const bool rows_ok = first >= 0 && first < last && last <= logits.rows &&
+                           last - first - 1 <= config_.max_drafts;
+      ref::VerifyRequest req;
+      std::vector<std::vector<float>> rows;  // req.rows point into it
+      RequestWork& w = work[static_cast<size_t>(b)];
+      w.ok = rows_ok && slot_is_active(slot) &&
+             build_request(logits, in, bitmask, static_cast<int32_t>(b), slot, &req, &rows);
+      if (w.ok) w.res = ref::verify_request(req, options.logprob_mode);
+    });
     std::vector<SlotUpdate> updates;
     for (int32_t b = 0; b < in.num_requests; ++b) {
       int32_t* tokens = out.tokens + b * out.out_stride;
@@ -136,19 +160,15 @@ class CpuBackend final : public SamplerBackend {
         ref::LogprobResult none;
         write_position_logprobs(none, out, b, j);
       }
-
-      ref::VerifyRequest req;
       const int32_t slot = in.slots ? in.slots[b] : b;
       const int32_t first = in.cu_rows[b], last = in.cu_rows[b + 1];
-      const bool rows_ok = first >= 0 && first < last && last <= logits.rows &&
-                           last - first - 1 <= config_.max_drafts;
-      if (!rows_ok || !slot_is_active(slot) || !build_request(logits, in, bitmask, b, slot, &req)) {
+      if (!work[b].ok) {
         if (out.status)
           for (int32_t r = std::max(first, 0); r < std::min<int64_t>(last, logits.rows); ++r)
             out.status[r] = kStatusInvalidInput;
         continue;
       }
-      const ref::VerifyResult res = ref::verify_request(req, options.logprob_mode);
+      const ref::VerifyResult& res = work[b].res;
       for (size_t j = 0; j < res.tokens.size(); ++j) {
         tokens[j] = res.tokens[j];
         write_position_logprobs(res.logprobs[j], out, b, static_cast<int64_t>(j));
@@ -210,9 +230,10 @@ class CpuBackend final : public SamplerBackend {
                    out.top_logprobs ? out.top_logprobs + at * out.top_stride : nullptr);
   }
 
-  // Gathers request b's rows, drafts and draft distributions; false on bad device-side input.
+  // Gathers request b's rows (into *rows, which req->rows point into), drafts and draft
+  // distributions; false on bad device-side input.
   bool build_request(const LogitsView& logits, const VerifyInputs& in, const BitmaskView& bitmask,
-                     int32_t b, int32_t slot, ref::VerifyRequest* req) {
+                     int32_t b, int32_t slot, ref::VerifyRequest* req, std::vector<std::vector<float>>* rows) const {
     const Slot& s = slots_[slot];
     const int32_t first = in.cu_rows[b];
     const int32_t n = in.cu_rows[b + 1] - first - 1;
@@ -252,19 +273,21 @@ class CpuBackend final : public SamplerBackend {
         req->q_sparse.push_back(std::move(sp));
       }
     }
-    row_storage_.assign(n + 1, {});
+    rows->assign(n + 1, {});
     for (int32_t j = 0; j <= n; ++j) {
       const int32_t* mask_row = nullptr;
       if (!bitmask_row(bitmask, first + j, &mask_row)) return false;
-      row_storage_[j] = logits_row(logits, first + j);
-      req->rows.push_back(row_storage_[j].data());
+      (*rows)[j] = logits_row(logits, first + j);
+      req->rows.push_back((*rows)[j].data());
       req->bitmask_rows.push_back(mask_row);
     }
     return true;
   }
 
+  // In order; entries with slot -1 (rows or requests that changed nothing) are skipped.
   void apply(const std::vector<SlotUpdate>& updates, const CallOptions& options) {
     for (const SlotUpdate& u : updates) {
+      if (u.slot < 0) continue;
       Slot& s = slots_[u.slot];
       if (options.append_to_history) {
         for (int32_t t : u.tokens) {
@@ -280,7 +303,7 @@ class CpuBackend final : public SamplerBackend {
   }
 
   std::vector<Slot> slots_;
-  std::vector<std::vector<float>> row_storage_;
+  int threads_;  // SamplerConfig::cpu_threads resolved
 };
 
 }  // namespace

@@ -343,6 +343,8 @@ TEST_F(BadInput, Config) {
       {[](SamplerConfig& c) { c.backend = static_cast<Backend>(3); }, "config.backend", "3"},
       {[](SamplerConfig& c) { c.backend = static_cast<Backend>(-1); }, "config.backend", "-1"},
       {[](SamplerConfig& c) { c.device = -1; }, "config.device", "-1"},
+      {[](SamplerConfig& c) { c.cpu_threads = -1; }, "config.cpu_threads", "-1"},
+      {[](SamplerConfig& c) { c.cpu_threads = sonic::kMaxCpuThreads + 1; }, "config.cpu_threads", "1025"},
   };
   for (const Case& k : cases) {
     SamplerConfig c = test_config();
@@ -359,7 +361,9 @@ TEST_F(BadInput, Config) {
   edge.max_token_list = 0;
   edge.max_top_logprobs = sonic::kMaxTopLogprobs;
   edge.max_final_entries = 0;
+  edge.cpu_threads = sonic::kMaxCpuThreads;
   EXPECT_NO_THROW(Sampler{edge});
+  edge.cpu_threads = 0;  // one a hardware thread
   edge.max_top_logprobs = 0;
   EXPECT_NO_THROW(Sampler{edge});
 }

@@ -226,6 +226,7 @@ TEST(CApi, DefaultsAreNeutral) {
   EXPECT_EQ(c.max_top_logprobs, 0);
   EXPECT_EQ(c.max_final_entries, 0);
   EXPECT_EQ(c.device, 0);
+  EXPECT_EQ(c.cpu_threads, 1);
 
   sonic_call_options o;
   std::memset(&o, 0xFF, sizeof o);

@@ -34,6 +34,7 @@ SamplerConfig config(Backend b, int32_t V, int32_t rows) {
   c.max_slots = 1;
   c.max_rows = rows;
   c.max_history = 1;
+  c.cpu_threads = 0;  // the reference's rows on every core
   return c;
 }
 

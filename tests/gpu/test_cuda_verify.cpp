@@ -101,6 +101,7 @@ SamplerConfig config(Backend backend, int32_t V, int32_t B, int32_t rows) {
   cfg.max_rows = rows;
   cfg.max_drafts = kMaxDrafts;
   cfg.max_history = 4096;
+  cfg.cpu_threads = 0;  // the reference's requests on every core
   return cfg;
 }
 

@@ -30,7 +30,7 @@ P = C.POINTER
 class Config(C.Structure):
     _fields_ = [(n, i32) for n in ("backend", "vocab_size", "max_slots", "max_rows", "max_drafts",
                                    "max_history", "max_token_list", "max_top_logprobs",
-                                   "max_final_entries", "device")]
+                                   "max_final_entries", "device", "cpu_threads")]
 
 
 class Params(C.Structure):

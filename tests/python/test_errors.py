@@ -86,6 +86,8 @@ def test_python_side_checks(s):
         sonic.Sampler(8, max_slots=1, backend="gpu")
     with pytest.raises(TypeError, match="'max_slots'"):
         sonic.Sampler(8, max_slots=1.5, backend="cpu")
+    with pytest.raises(ValueError, match="config.cpu_threads = -1"):
+        sonic.Sampler(8, max_slots=1, backend="cpu", cpu_threads=-1)
     with pytest.raises(ValueError, match="'logprobs'"):
         s.sample(X, logprobs="bogus")
     with pytest.raises(ValueError, match="'top_logprobs'.*max_top_logprobs"):

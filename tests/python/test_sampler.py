@@ -29,6 +29,19 @@ def test_greedy_argmax_ties_to_lower_id():
     assert out.status.tolist() == [0, 0]
 
 
+def test_cpu_threads_change_nothing(rng):
+    R, V = 12, 40
+    x = rng.normal(size=(R, V)).astype(np.float32)
+    outs = []
+    for threads in (1, 4, 0):
+        s = make_sampler(vocab_size=V, max_slots=R, cpu_threads=threads)
+        assert s.config["cpu_threads"] == threads
+        for r in range(R):
+            s.admit(r, temperature=0.9, top_p=0.9, frequency_penalty=0.5, seed=r, prompt=[r % V])
+        outs.append([s.sample(x).tokens.tolist() for _ in range(3)])
+    assert outs[1] == outs[0] and outs[2] == outs[0]
+
+
 def test_top_k_one_is_argmax_for_every_seed(rng):
     R = 32
     s = make_sampler(vocab_size=50, max_slots=R)
