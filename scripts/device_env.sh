@@ -25,8 +25,8 @@ device_setup() {
 
 run_gpu_tests() {
   local build=$1 report=$2 r
-  # Bounded (SONIC_TEST_TIMEOUT seconds, default 300): a hang shows
-  # as rc=124 with the test it hung in at the log's end, and leaves the rest of the call its time.
+  # Bounded (SONIC_TEST_TIMEOUT seconds, default 300): a hang shows as rc=124 with the test it hung
+  # in, and leaves the rest of the call its time.
   timeout "${SONIC_TEST_TIMEOUT:-300}" "$build/tests/sonic_gpu_tests" --gtest_filter="${SONIC_TEST_FILTER:-*}" \
     >"$L/gpu_tests.log" 2>&1; r=$?
   [ $r -eq 124 ] && { $report "gpu tests TIMED OUT in: $(grep -E '^\[ RUN' "$L/gpu_tests.log" | tail -1)"; return 1; }

@@ -135,20 +135,22 @@ class CpuBackend final : public SamplerBackend {
     // The requests' verdicts first, on the backend's threads (they only read); then every write in
     // request order, as one thread would make them (bad cu_rows may make requests share rows).
     struct RequestWork {
+      int32_t slot = -1, first = 0, last = 0;  // its rows are first .. last - 1
       bool ok = false;
       ref::VerifyResult res;
     };
     std::vector<RequestWork> work(static_cast<size_t>(in.num_requests));
     ref::parallel_for(in.num_requests, threads_, [&](int64_t b) {
-      const int32_t slot = in.slots ? in.slots[b] : static_cast<int32_t>(b);
-      const int32_t first = in.cu_rows[b], last = in.cu_rows[b + 1];
-      const bool rows_ok = first >= 0 && first < last && last <= logits.rows &&
-                           last - first - 1 <= config_.max_drafts;
+      RequestWork& w = work[static_cast<size_t>(b)];
+      w.slot = in.slots ? in.slots[b] : static_cast<int32_t>(b);
+      w.first = in.cu_rows[b];
+      w.last = in.cu_rows[b + 1];
+      const bool rows_ok = w.first >= 0 && w.first < w.last && w.last <= logits.rows &&
+                           w.last - w.first - 1 <= config_.max_drafts;
       ref::VerifyRequest req;
       std::vector<std::vector<float>> rows;  // req.rows point into it
-      RequestWork& w = work[static_cast<size_t>(b)];
-      w.ok = rows_ok && slot_is_active(slot) &&
-             build_request(logits, in, bitmask, static_cast<int32_t>(b), slot, &req, &rows);
+      w.ok = rows_ok && slot_is_active(w.slot) &&
+             build_request(logits, in, bitmask, static_cast<int32_t>(b), w.slot, &req, &rows);
       if (w.ok) w.res = ref::verify_request(req, options.logprob_mode);
     });
     std::vector<SlotUpdate> updates;
@@ -160,27 +162,26 @@ class CpuBackend final : public SamplerBackend {
         ref::LogprobResult none;
         write_position_logprobs(none, out, b, j);
       }
-      const int32_t slot = in.slots ? in.slots[b] : b;
-      const int32_t first = in.cu_rows[b], last = in.cu_rows[b + 1];
-      if (!work[b].ok) {
+      const RequestWork& w = work[b];
+      if (!w.ok) {
         if (out.status)
-          for (int32_t r = std::max(first, 0); r < std::min<int64_t>(last, logits.rows); ++r)
+          for (int32_t r = std::max(w.first, 0); r < std::min<int64_t>(w.last, logits.rows); ++r)
             out.status[r] = kStatusInvalidInput;
         continue;
       }
-      const ref::VerifyResult& res = work[b].res;
+      const ref::VerifyResult& res = w.res;
       for (size_t j = 0; j < res.tokens.size(); ++j) {
         tokens[j] = res.tokens[j];
         write_position_logprobs(res.logprobs[j], out, b, static_cast<int64_t>(j));
       }
       out.num_accepted[b] = res.num_accepted;
       if (out.status)
-        for (size_t j = 0; j < res.row_status.size(); ++j) out.status[first + j] = res.row_status[j];
+        for (size_t j = 0; j < res.row_status.size(); ++j) out.status[w.first + j] = res.row_status[j];
       SlotUpdate u;
-      u.slot = slot;
+      u.slot = w.slot;
       for (int32_t t : res.tokens)
         if (t >= 0) u.tokens.push_back(t);
-      u.status = out.status ? out.status + first + res.tokens.size() - 1 : nullptr;
+      u.status = out.status ? out.status + w.first + res.tokens.size() - 1 : nullptr;
       updates.push_back(std::move(u));
     }
     apply(updates, options);
