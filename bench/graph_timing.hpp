@@ -73,3 +73,20 @@ inline std::pair<double, double> time_calls(cudaStream_t stream, int nbuf, int g
   cudaEventDestroy(e1);
   return {graph_us, percentile_median(times)};
 }
+
+// One graph a rotating buffer, each a capture of the one call `call(i)`: replaying graph i runs a
+// call as the timed graphs run it (programmatic launches overlapping), where an eager call's
+// kernels start as late as the host's launches reach them (sonic_bench --timeline-graph).
+template <class Call>
+inline std::vector<cudaGraphExec_t> capture_each(cudaStream_t stream, int nbuf, Call call) {
+  std::vector<cudaGraphExec_t> execs(static_cast<size_t>(nbuf));
+  for (int i = 0; i < nbuf; ++i) {
+    cudaGraph_t graph;
+    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    call(i);
+    CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+    CHECK_CUDA(cudaGraphInstantiate(&execs[static_cast<size_t>(i)], graph, 0));
+    CHECK_CUDA(cudaGraphDestroy(graph));
+  }
+  return execs;
+}

@@ -87,6 +87,7 @@ struct Args {
   int k = 128;
   std::vector<int> drafts = {1, 3, 5, 7};
   int timeline = 0;  // suites sample and verify, builds with SONIC_TIMELINE: calls whose kernel phases are reported
+  bool timeline_graph = false;  // --timeline-graph: those calls replayed from a graph each, not eager
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -145,6 +146,24 @@ sonic::RequestParams row_params(const Case& c, int r, int32_t V, std::mt19937_64
   return p;
 }
 
+
+#if SONIC_TIMELINE
+// --timeline: the phases of a few calls `call(i)`, eager, or with --timeline-graph each replayed
+// from a graph of its own.
+template <class Call>
+void report_timeline(const Args& a, const std::string& label, cudaStream_t stream, int nbuf, Call call) {
+  if (!a.timeline_graph) {
+    timeline::report(label, a.timeline, nbuf, call);
+    return;
+  }
+  std::vector<cudaGraphExec_t> execs = capture_each(stream, nbuf, call);
+  timeline::report(label + " (graph)", a.timeline, nbuf, [&](int i) {
+    CHECK_CUDA(cudaGraphLaunch(execs[static_cast<size_t>(i)], stream));
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+  });
+  for (cudaGraphExec_t e : execs) cudaGraphExecDestroy(e);
+}
+#endif
 
 void emit(FILE* f, const Args& a, const std::string& impl, const std::string& cs, int B, int32_t V, const std::string& dtype,
           const char* mode, double us, double floor_us, const std::string& gpu) {
@@ -385,8 +404,8 @@ int bench_verify(const Args& a, FILE* out, const std::string& gpu, cudaStream_t 
           else ++failures;
 #if SONIC_TIMELINE
           if (a.timeline > 0 && graph_us > 0)
-            timeline::report(cname + " n=" + std::to_string(n) + " V=" + std::to_string(V) + " B=" + std::to_string(B),
-                             a.timeline, nbuf, call);
+            report_timeline(a, cname + " n=" + std::to_string(n) + " V=" + std::to_string(V) + " B=" + std::to_string(B),
+                            stream, nbuf, call);
 #endif
           const double floor_us = read_floor_us(bytes);
           std::printf("%-14s n=%d %7d %4d %10.2f %10.2f %9.2f %6.0f%%  %s\n", cname.c_str(), n, V, B, graph_us, eager_us,
@@ -438,6 +457,7 @@ int main(int argc, char** argv) {
     else if (k == "--k") a.k = std::stoi(v);
     else if (k == "--drafts") { a.drafts.clear(); for (auto& x : split(v)) a.drafts.push_back(std::stoi(x)); }
     else if (k == "--timeline") a.timeline = std::stoi(v);
+    else if (k == "--timeline-graph") a.timeline_graph = v != "0";
     else { std::fprintf(stderr, "unknown option %s\n", k.c_str()); return 2; }
   }
   cudaDeviceProp prop;
@@ -562,8 +582,8 @@ int main(int argc, char** argv) {
           const uint64_t exact_rows = sampler.exact_path_rows() - exact_before;
 #if SONIC_TIMELINE
           if (a.timeline > 0 && graph_us > 0)
-            timeline::report(cname + " " + dtype + " V=" + std::to_string(V) + " B=" + std::to_string(B), a.timeline, nbuf,
-                             [&](int i) { sampler.sample(view(i), slots, bm, o, opt); });
+            report_timeline(a, cname + " " + dtype + " V=" + std::to_string(V) + " B=" + std::to_string(B), stream, nbuf,
+                            [&](int i) { sampler.sample(view(i), slots, bm, o, opt); });
 #endif
           const double floor_us = read_floor_us(bytes);
           // Rows sent to the exact path during the timing (graph replays run every captured call).

@@ -1,6 +1,7 @@
-// sonic_bench --timeline N, in a build configured with -DSONIC_TIMELINE=ON: N eager calls and, for
-// each, the phases of the fast and exact kernels from their blocks' marks (src/cuda/timeline.cuh),
-// relative to the first block's start. Prints the median over the calls of every phase, in µs.
+// sonic_bench --timeline N, in a build configured with -DSONIC_TIMELINE=ON: N calls (eager, or each
+// replayed from a graph of its own with --timeline-graph 1) and, for each, the phases of the fast
+// and exact kernels from their blocks' marks (src/cuda/timeline.cuh), relative to the first block's
+// start. Prints the median over the calls of every phase, in µs.
 #pragma once
 
 #include <algorithm>

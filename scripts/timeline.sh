@@ -2,7 +2,8 @@
 # Where a call's time goes, phase by phase: a build with the kernels' phase timestamps
 # (-DSONIC_TIMELINE=ON, src/cuda/timeline.cuh), then sonic_bench --timeline on a few shapes. Run
 # through the device tool from the repo root:
-#   scripts/timeline.sh        SONIC_TIMELINE_ARGS overrides the benchmark's shape arguments
+#   scripts/timeline.sh        SONIC_TIMELINE_ARGS overrides the benchmark's shape arguments; add
+#                              "--timeline-graph 1" to them for calls replayed from graphs (eager by default)
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 device_setup sonic_timeline_logs timeline_logs.tgz
