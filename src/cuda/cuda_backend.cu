@@ -82,6 +82,9 @@ class CudaBackend final : public SamplerBackend {
     if (const char* env = std::getenv("SONIC_CUDA_TILES_PER_CHUNK")) forced_tiles_per_chunk_ = std::atoi(env);
     // Stage 2 in its own kernel for calls of at most this many rows (0: never), for the same.
     if (const char* env = std::getenv("SONIC_CUDA_SEPARATE_STAGE2_ROWS")) forced_separate_rows_ = std::atoi(env);
+    // Plain launches in place of programmatic ones when 0, for the same (a kernel then starts once
+    // the one before has completed).
+    if (const char* env = std::getenv("SONIC_CUDA_PROGRAMMATIC")) programmatic_launch_ = programmatic_launch_ && std::atoi(env) != 0;
   }
   ~CudaBackend() override {
     cudaFree(z_);
