@@ -36,6 +36,9 @@ struct Phases {
   // the phases of the last row's last slice, each mark after the one before (0: no split row).
   double slice = 0, last_slice = 0, split[kTimelineMarks] = {};
   double row_stage2_start = 0, row_stage2_end = 0;  // row_stage2_kernel's (small batches; 0: not run)
+  // Its blocks' residency (entry): the first, the median, and that of the row done last; and how
+  // many were resident before the fast kernel's last block left.
+  double wide_entry_first = 0, wide_entry_median = 0, wide_entry_last_row = 0, wide_early = 0;
   double resolution = 0;                          // smallest nonzero difference between two marks seen
   double value[kTimelineValues] = {};             // the values of the row done last (timeline.cuh)
   double stage2_ghz = 0;                          // its SM's clock rate through stage 2
@@ -64,7 +67,10 @@ inline Phases phases_of(const std::vector<unsigned long long>& fast, const std::
   Phases p;
   if (t0 == ~0ull) return p;
   auto us = [&](unsigned long long t) { return t ? 1e-3 * static_cast<double>(t - t0) : 0.0; };
-  auto span = [](unsigned long long a, unsigned long long b) { return a && b ? 1e-3 * static_cast<double>(b - a) : 0.0; };
+  // Signed: a phase counted from another block's mark may start before it.
+  auto span = [](unsigned long long a, unsigned long long b) {
+    return a && b ? 1e-3 * static_cast<double>(static_cast<long long>(b - a)) : 0.0;
+  };
   std::vector<double> request, screen, chunk_end;
   unsigned long long last_exit = 0, least = ~0ull;
   int last_row_block = -1;
@@ -129,6 +135,18 @@ inline Phases phases_of(const std::vector<unsigned long long>& fast, const std::
     last_row_block = wide_last;
     p.row_stage2_start = us(wide_start);
     p.row_stage2_end = us(wide_end);
+    std::vector<double> entries;
+    unsigned long long first = ~0ull;
+    for (int b = 0; b < kTimelineBlocks; ++b) {
+      const unsigned long long e = at(wide, b, kMarkEntry);
+      if (!e) continue;
+      entries.push_back(us(e));
+      first = std::min(first, e);
+      if (e < last_exit) p.wide_early += 1;
+    }
+    p.wide_entry_first = first == ~0ull ? 0.0 : us(first);
+    p.wide_entry_median = median(entries);
+    p.wide_entry_last_row = us(at(wide, wide_last, kMarkEntry));
   }
   p.request = median(request);
   p.screen = median(screen);
@@ -216,8 +234,10 @@ void report(const std::string& label, int calls, int nbuf, Call call) {
   }
   std::printf(" fast kernel ends +%.2f\n", field(&Phases::fast_end));
   if (field(&Phases::row_stage2_end) > 0)
-    std::printf("  row_stage2_kernel: first block starts +%.2f, last leaves +%.2f\n", field(&Phases::row_stage2_start),
-                field(&Phases::row_stage2_end));
+    std::printf("  row_stage2_kernel: blocks resident from +%.2f (median +%.2f, the last row's +%.2f; %.0f before the fast"
+                " kernel's last block left), first block starts +%.2f, last leaves +%.2f\n",
+                field(&Phases::wide_entry_first), field(&Phases::wide_entry_median), field(&Phases::wide_entry_last_row),
+                field(&Phases::wide_early), field(&Phases::row_stage2_start), field(&Phases::row_stage2_end));
   std::printf("  exact kernel: first block starts +%.2f, last leaves +%.2f\n", field(&Phases::exact_start),
               field(&Phases::exact_end));
   if (field(&Phases::last_slice) > 0) {

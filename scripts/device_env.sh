@@ -11,8 +11,9 @@
 #     without .whl/. A carried .fi-cache/ (FlashInfer's JIT cache from an earlier call's
 #     $OUT/fi-cache.tgz, about 35 MB) is its workspace, touched newer than the fresh install so that
 #     ninja keeps the compiled modules (about 100 s of compiling otherwise).
-#   build_timeline JOBS: build-timeline, sonic_bench with the kernels' phase timestamps (extra CMake
-#     options in SONIC_TIMELINE_CMAKE, e.g. -DSONIC_TIMELINE_WARM_CODE=ON).
+#   build_timeline JOBS [DIR [CUDA_FLAGS]]: DIR (default build-timeline), sonic_bench with the
+#     kernels' phase timestamps (extra CMake options in SONIC_TIMELINE_CMAKE, e.g.
+#     -DSONIC_TIMELINE_WARM_CODE=ON; CUDA_FLAGS for an experiment's -D switches).
 device_setup() {
   OUT=${OUT:-$PWD/out}
   mkdir -p "$OUT"
@@ -72,7 +73,9 @@ install_carried_wheels() {
 }
 
 build_timeline() {
-  cmake -S . -B build-timeline -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DSONIC_TIMELINE=ON \
-    -DSONIC_BUILD_TESTS=OFF -DSONIC_BUILD_TOOLS=OFF ${SONIC_TIMELINE_CMAKE:--DSONIC_TIMELINE_WARM_CODE=OFF} >"$L/timeline_configure.log" 2>&1 &&
-    cmake --build build-timeline -j"$1" --target sonic_bench >"$L/timeline_build.log" 2>&1
+  local dir=${2:-build-timeline}
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DSONIC_TIMELINE=ON \
+    -DSONIC_BUILD_TESTS=OFF -DSONIC_BUILD_TOOLS=OFF -DCMAKE_CUDA_FLAGS="${3:-}" \
+    ${SONIC_TIMELINE_CMAKE:--DSONIC_TIMELINE_WARM_CODE=OFF} >"$L/timeline_configure_$dir.log" 2>&1 &&
+    cmake --build "$dir" -j"$1" --target sonic_bench >"$L/timeline_build_$dir.log" 2>&1
 }

@@ -24,6 +24,11 @@ all_variants=(
   "slot32:-DSONIC_SLOT_OFFSET=32:"  # the stage-1 slots 32 / 64 / 96 bytes past a 128-byte row (v3.17)
   "slot64:-DSONIC_SLOT_OFFSET=64:"
   "slot96:-DSONIC_SLOT_OFFSET=96:"
+  # row_stage2_kernel's start (v3.18): after the whole fast grid, plain launches, its launch left to
+  # the fast blocks' exits
+  "grid:-DSONIC_COUNTED_START=0:"
+  "plain::SONIC_CUDA_PROGRAMMATIC=0"
+  "latedep:-DSONIC_LATE_DEPENDENTS=1:"
 )
 variants=()
 IFS=";" read -r -a extra <<<"${SONIC_VARIANTS_EXTRA:-}"

@@ -3,10 +3,29 @@
 # (-DSONIC_TIMELINE=ON, src/cuda/timeline.cuh), then sonic_bench --timeline on a few shapes. Run
 # through the device tool from the repo root:
 #   scripts/timeline.sh        SONIC_TIMELINE_ARGS overrides the benchmark's shape arguments; add
-#                              "--timeline-graph 1" to them for calls replayed from graphs (eager by default)
+#                              "--timeline-graph 1" to them for calls replayed from graphs (eager by
+#                              default); SONIC_TIMELINE_VARIANTS ("name:CUDA flags:environment", several
+#                              separated by ";") times builds side by side, e.g.
+#                              "main::;grid:-DSONIC_COUNTED_START=0:;plain::SONIC_CUDA_PROGRAMMATIC=0".
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 device_setup sonic_timeline_logs timeline_logs.tgz
-build_timeline 16 || { echo "timeline build FAILED"; grep -h error "$L"/timeline_*.log | head -20; exit 1; }
-build-timeline/bench/sonic_bench --out /tmp/timeline.jsonl --timeline 20 \
-  ${SONIC_TIMELINE_ARGS:---V 151936 --dtype fp32,bf16 --case homog-peaked,hetero-peaked --B 1,8,128,512} | tee "$OUT/timeline.txt"
+args=${SONIC_TIMELINE_ARGS:---V 151936 --dtype fp32,bf16 --case homog-peaked,hetero-peaked --B 1,8,128,512}
+# Variants ("name:CUDA flags:environment"); those with the same flags share a build.
+IFS=";" read -r -a variants <<<"${SONIC_TIMELINE_VARIANTS:-main::}"
+declare -A builds=()
+dir_of() { [ -z "$1" ] && echo build-timeline || echo "build-timeline-$(echo "$1" | md5sum | cut -c1-8)"; }
+for v in "${variants[@]}"; do
+  IFS=: read -r name flags env <<<"$v"
+  builds[$(dir_of "$flags")]=$flags
+done
+jobs=$((16 / ${#builds[@]}))
+for dir in "${!builds[@]}"; do build_timeline "$((jobs > 0 ? jobs : 1))" "$dir" "${builds[$dir]}" & done
+wait
+for v in "${variants[@]}"; do
+  IFS=: read -r name flags env <<<"$v"
+  dir=$(dir_of "$flags")
+  [ -x "$dir/bench/sonic_bench" ] || { echo "$name: timeline build FAILED"; grep -h error "$L"/timeline_*"$dir".log | head -20; continue; }
+  echo "#### $name (${flags:-no extra flags}${env:+, $env})" | tee -a "$OUT/timeline.txt"
+  env $env "$dir/bench/sonic_bench" --out /tmp/timeline.jsonl --timeline 20 $args | tee -a "$OUT/timeline.txt"
+done

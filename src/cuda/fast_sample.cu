@@ -31,6 +31,11 @@ static_assert(sizeof(Stage2Shared<kFastThreads>) <= kStageBytes<DType::kF32>, "s
 #define SONIC_SLOT_OFFSET 0
 #endif
 constexpr size_t kSlotOffset = SONIC_SLOT_OFFSET;
+// Experiments only: 1 leaves row_stage2_kernel's launch to the blocks' exits, so that its blocks
+// become resident only as this grid drains (perf-notes v3.18: graph replays' slow stage 2).
+#ifndef SONIC_LATE_DEPENDENTS
+#define SONIC_LATE_DEPENDENTS 0
+#endif
 static_assert(kSlotOffset % 16 == 0 && kSlotOffset < 128, "the slots' copies need 16-byte alignment");
 template <DType D>
 constexpr size_t kFastSharedBytes =
@@ -58,7 +63,7 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
   start_chunk<D>(job, chunk, row, vec_ok, slots);
   // row_stage2_kernel's blocks may take their SMs at once (small batches leave most SMs idle) and
   // wait there, so that only the grid's completion separates the two kernels.
-  if (job.fast.separate_stage2) allow_dependent_launch();
+  if (!SONIC_LATE_DEPENDENTS && job.fast.separate_stage2) allow_dependent_launch();
   if (job.top_k.k > 0) {  // Sampler::top_k: raw logits, no request
     const RowPrologue pro = top_k_prologue();
     const RowKind kind = top_k_row_kind(job.top_k.k);
