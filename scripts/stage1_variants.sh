@@ -29,6 +29,9 @@ all_variants=(
   "grid:-DSONIC_COUNTED_START=0:"
   "plain::SONIC_CUDA_PROGRAMMATIC=0"
   "latedep:-DSONIC_LATE_DEPENDENTS=1:"
+  # the carveouts (percent): row_stage2 at the fast kernel's (all shared memory) or at its own needs
+  "carve100::SONIC_CUDA_CARVEOUT=-1,100,-1"
+  "carve25::SONIC_CUDA_CARVEOUT=-1,25,-1"
 )
 variants=()
 IFS=";" read -r -a extra <<<"${SONIC_VARIANTS_EXTRA:-}"

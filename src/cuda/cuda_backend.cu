@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -85,6 +86,17 @@ class CudaBackend final : public SamplerBackend {
     // Plain launches in place of programmatic ones when 0, for the same (a kernel then starts once
     // the one before has completed).
     if (const char* env = std::getenv("SONIC_CUDA_PROGRAMMATIC")) programmatic_launch_ = programmatic_launch_ && std::atoi(env) != 0;
+    // "F,R,E": the fast, row stage-2 and exact kernels' preferred shared-memory carveouts in percent
+    // (negative: the default), for the same.
+    if (const char* env = std::getenv("SONIC_CUDA_CARVEOUT")) {
+      int f = -1, r = -1, e = -1;
+      if (std::sscanf(env, "%d,%d,%d", &f, &r, &e) != 3)
+        throw Error(ErrorCode::kInvalidArgument,
+                    std::string("sonic: SONIC_CUDA_CARVEOUT = '") + env + "': expected F,R,E percentages");
+      if (f >= 0) cuda::set_fast_sample_carveout(f);
+      if (r >= 0) cuda::set_row_stage2_carveout(r);
+      if (e >= 0) cuda::set_exact_sample_carveout(e);
+    }
   }
   ~CudaBackend() override {
     cudaFree(z_);

@@ -915,6 +915,10 @@ void prepare_exact_sample(int device) {
                                         optin - static_cast<int>(attr.sharedSizeBytes)));
 }
 
+void set_exact_sample_carveout(int percent) {
+  SONIC_CUDA_CHECK(cudaFuncSetAttribute(exact_sample_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent));
+}
+
 void launch_exact_sample(const RowJob& job, int32_t max_blocks, bool programmatic, cudaStream_t stream) {
   if (job.rows == 0) return;
   size_t smem = job.out.final_ids ? static_cast<size_t>(job.out.final_capacity) * 8 : 0;

@@ -152,6 +152,13 @@ extern "C" int sonic_timeline_read(int kernel, unsigned long long* out, int bloc
 }
 #endif
 
+void set_fast_sample_carveout(int percent) {
+  for (const void* kernel : {reinterpret_cast<const void*>(fast_sample_kernel<DType::kF32>),
+                             reinterpret_cast<const void*>(fast_sample_kernel<DType::kBF16>),
+                             reinterpret_cast<const void*>(fast_sample_kernel<DType::kF16>)})
+    SONIC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent));
+}
+
 void launch_fast_sample(const RowJob& job, cudaStream_t stream) {
   if (job.rows == 0) return;
   switch (job.dtype) {

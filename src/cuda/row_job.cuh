@@ -166,6 +166,14 @@ void launch_fast_sample(const RowJob& job, cudaStream_t stream);
 constexpr int32_t kRowStage2Threads = 512;
 void launch_row_stage2(const RowJob& job, bool programmatic, cudaStream_t stream);
 
+// Experiments only: a kernel's preferred shared-memory carveout (percent of the SM's unified L1 and
+// shared memory, cudaFuncAttributePreferredSharedMemoryCarveout; the backend sets them from
+// SONIC_CUDA_CARVEOUT). Perf-notes v3.18: is the SM configuration that a programmatically launched
+// row_stage2 block inherits what slows its stage 2?
+void set_fast_sample_carveout(int percent);
+void set_row_stage2_carveout(int percent);
+void set_exact_sample_carveout(int percent);
+
 // Blocks of the fast kernel an SM holds at once for a dtype (sizes the chunks). Call once per device
 // before launching: it also sets the kernel's shared-memory limit.
 int fast_sample_blocks_per_sm(DType dtype);

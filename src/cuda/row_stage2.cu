@@ -77,6 +77,10 @@ __global__ void __launch_bounds__(kRowStage2Threads) row_stage2_kernel(RowJob jo
 int read_row_stage2_timeline(unsigned long long* out, int blocks) { return read_timeline_table(out, blocks); }
 #endif
 
+void set_row_stage2_carveout(int percent) {
+  SONIC_CUDA_CHECK(cudaFuncSetAttribute(row_stage2_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent));
+}
+
 void launch_row_stage2(const RowJob& job, bool programmatic, cudaStream_t stream) {
   if (job.rows == 0) return;
   launch_dependent(row_stage2_kernel, dim3(job.rows), dim3(kRowStage2Threads), 0, programmatic, stream, job);
