@@ -90,9 +90,9 @@ class CudaBackend final : public SamplerBackend {
     // (negative: the default), for the same.
     if (const char* env = std::getenv("SONIC_CUDA_CARVEOUT")) {
       int f = -1, r = -1, e = -1;
-      if (std::sscanf(env, "%d,%d,%d", &f, &r, &e) != 3)
+      if (std::sscanf(env, "%d,%d,%d", &f, &r, &e) != 3 || f > 100 || r > 100 || e > 100)
         throw Error(ErrorCode::kInvalidArgument,
-                    std::string("sonic: SONIC_CUDA_CARVEOUT = '") + env + "': expected F,R,E percentages");
+                    std::string("sonic: SONIC_CUDA_CARVEOUT = '") + env + "': expected F,R,E percentages of at most 100");
       if (f >= 0) cuda::set_fast_sample_carveout(f);
       if (r >= 0) cuda::set_row_stage2_carveout(r);
       if (e >= 0) cuda::set_exact_sample_carveout(e);
