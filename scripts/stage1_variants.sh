@@ -29,9 +29,12 @@ all_variants=(
   "grid:-DSONIC_COUNTED_START=0:"
   "plain::SONIC_CUDA_PROGRAMMATIC=0"
   "latedep:-DSONIC_LATE_DEPENDENTS=1:"
-  # the carveouts (percent): row_stage2 at the fast kernel's (all shared memory) or at its own needs
+  # the carveouts (percent): row_stage2 at the fast kernel's (all shared memory) or at its own needs,
+  # or every kernel at the same (a change of preference between launches may cost a device-side
+  # synchronisation, the driver API says)
   "carve100::SONIC_CUDA_CARVEOUT=-1,100,-1"
   "carve25::SONIC_CUDA_CARVEOUT=-1,25,-1"
+  "carveall::SONIC_CUDA_CARVEOUT=100,100,100"
 )
 variants=()
 IFS=";" read -r -a extra <<<"${SONIC_VARIANTS_EXTRA:-}"
