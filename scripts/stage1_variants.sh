@@ -32,7 +32,7 @@ all_variants=(
   # the carveouts (percent): row_stage2 at the fast kernel's (all shared memory) or at its own needs,
   # or every kernel at the same (a change of preference between launches may cost a device-side
   # synchronisation, the driver API says)
-  "carve100::SONIC_CUDA_CARVEOUT=-1,100,-1"
+  "carve100::SONIC_CUDA_CARVEOUT=-1,100,-1"  # -1: no preference
   "carve25::SONIC_CUDA_CARVEOUT=-1,25,-1"
   "carveall::SONIC_CUDA_CARVEOUT=100,100,100"
 )

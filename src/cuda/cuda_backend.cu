@@ -41,6 +41,20 @@ T* zeroed_device_array(size_t n) {
 class CudaBackend final : public SamplerBackend {
  public:
   explicit CudaBackend(const SamplerConfig& config) : SamplerBackend(config), table_(config) {
+    // For experiments and tests (README), "F,R,E": the fast, row stage-2 and exact kernels' preferred
+    // shared-memory carveouts in percent (-1: no preference, the default). Kernel attributes: they
+    // hold for every sampler of the process until set again. Read first, so that a bad value throws
+    // before anything is allocated.
+    if (const char* env = std::getenv("SONIC_CUDA_CARVEOUT")) {
+      int f = 0, r = 0, e = 0;
+      auto ok = [](int v) { return v >= -1 && v <= 100; };
+      if (std::sscanf(env, "%d,%d,%d", &f, &r, &e) != 3 || !ok(f) || !ok(r) || !ok(e))
+        throw Error(ErrorCode::kInvalidArgument,
+                    std::string("sonic: SONIC_CUDA_CARVEOUT = '") + env + "': expected F,R,E percentages in [-1, 100]");
+      cuda::set_fast_sample_carveout(f);
+      cuda::set_row_stage2_carveout(r);
+      cuda::set_exact_sample_carveout(e);
+    }
     const size_t rows = static_cast<size_t>(config.max_rows);
     const int32_t V = config.vocab_size;
     // The fp32 tiling has the most tiles; 16-bit tiles hold twice the tokens and candidates.
@@ -86,17 +100,6 @@ class CudaBackend final : public SamplerBackend {
     // Plain launches in place of programmatic ones when 0, for the same (a kernel then starts once
     // the one before has completed).
     if (const char* env = std::getenv("SONIC_CUDA_PROGRAMMATIC")) programmatic_launch_ = programmatic_launch_ && std::atoi(env) != 0;
-    // "F,R,E": the fast, row stage-2 and exact kernels' preferred shared-memory carveouts in percent
-    // (negative: the default), for the same.
-    if (const char* env = std::getenv("SONIC_CUDA_CARVEOUT")) {
-      int f = -1, r = -1, e = -1;
-      if (std::sscanf(env, "%d,%d,%d", &f, &r, &e) != 3 || f > 100 || r > 100 || e > 100)
-        throw Error(ErrorCode::kInvalidArgument,
-                    std::string("sonic: SONIC_CUDA_CARVEOUT = '") + env + "': expected F,R,E percentages of at most 100");
-      if (f >= 0) cuda::set_fast_sample_carveout(f);
-      if (r >= 0) cuda::set_row_stage2_carveout(r);
-      if (e >= 0) cuda::set_exact_sample_carveout(e);
-    }
   }
   ~CudaBackend() override {
     cudaFree(z_);

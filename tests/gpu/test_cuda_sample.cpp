@@ -572,6 +572,40 @@ void placements_agree(int32_t V, std::initializer_list<int32_t> batches, int ste
 TEST(CudaStage2Placement, LastBlockAndRowKernelAgree) { placements_agree(151936, {4, 16}, 3); }
 TEST(CudaStage2Placement, SmallVocabulary) { placements_agree(30001, {6}, 2); }
 
+// The launch switches for experiments (README) change no token: plain launches in place of
+// programmatic ones, and the kernels' preferred shared-memory carveouts (kernel attributes, so the
+// test puts them back to no preference). A malformed carveout is an error naming the variable.
+TEST(CudaLaunchSwitches, PlainLaunchesAndCarveoutsAgree) {
+  struct Switch {
+    const char* name;
+    const char* value;
+  };
+  for (const Switch w : {Switch{"SONIC_CUDA_PROGRAMMATIC", "0"}, Switch{"SONIC_CUDA_CARVEOUT", "100,100,100"},
+                         Switch{"SONIC_CUDA_CARVEOUT", "-1,25,0"}})
+    for (const int32_t R : {4, 200}) {  // stage 2 in row_stage2_kernel, then in a row's last block
+      SCOPED_TRACE(std::string(w.name) + "=" + w.value + ", R = " + std::to_string(R));
+      ASSERT_EQ(setenv(w.name, w.value, 1), 0);
+      const auto [compared, near_ties] = agreement_run(AgreementCase{30001, sonic::DType::kF32}, R, 2, 900 + R);
+      unsetenv(w.name);
+      std::printf("%s=%s, R=%d: %d rows compared, %d near-tie disagreements\n", w.name, w.value, R, compared, near_ties);
+      EXPECT_LE(near_ties, compared / 20);
+    }
+  ASSERT_EQ(setenv("SONIC_CUDA_CARVEOUT", "-1,-1,-1", 1), 0);
+  { sonic::Sampler reset(make_config(sonic::Backend::kCuda, 1000, 1)); }
+  for (const char* bad : {"100", "50,50,abc", "101,0,0", "-2,0,0"}) {
+    SCOPED_TRACE(bad);
+    ASSERT_EQ(setenv("SONIC_CUDA_CARVEOUT", bad, 1), 0);
+    try {
+      sonic::Sampler s(make_config(sonic::Backend::kCuda, 1000, 1));
+      ADD_FAILURE() << "no error for SONIC_CUDA_CARVEOUT=" << bad;
+    } catch (const sonic::Error& e) {
+      EXPECT_EQ(e.code(), sonic::ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("SONIC_CUDA_CARVEOUT"), std::string::npos) << e.what();
+    }
+  }
+  unsetenv("SONIC_CUDA_CARVEOUT");
+}
+
 // SPEC.md section 4: a row's token depends on its logits, its request, seed and step only; not on
 // the batch size, the row's position or slot, nor on what the batch size makes of the launch (how
 // many chunks a row is split into, where its stage 2 runs). The same twelve requests, each given the
