@@ -167,9 +167,9 @@ constexpr int32_t kRowStage2Threads = 512;
 void launch_row_stage2(const RowJob& job, bool programmatic, cudaStream_t stream);
 
 // Experiments only: a kernel's preferred shared-memory carveout (percent of the SM's unified L1 and
-// shared memory, cudaFuncAttributePreferredSharedMemoryCarveout; -1: no preference; the backend
-// sets them from SONIC_CUDA_CARVEOUT). Perf-notes v3.18: is the SM configuration that a programmatically launched
-// row_stage2 block inherits what slows its stage 2?
+// shared memory, cudaFuncAttributePreferredSharedMemoryCarveout; -1: no preference), which the
+// backend sets from SONIC_CUDA_CARVEOUT. Perf-notes v3.18: is the SM configuration that a
+// programmatically launched row_stage2 block inherits what slows its stage 2?
 void set_fast_sample_carveout(int percent);
 void set_row_stage2_carveout(int percent);
 void set_exact_sample_carveout(int percent);
