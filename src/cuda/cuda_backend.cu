@@ -99,7 +99,8 @@ class CudaBackend final : public SamplerBackend {
     if (const char* env = std::getenv("SONIC_CUDA_SEPARATE_STAGE2_ROWS")) forced_separate_rows_ = std::atoi(env);
     // Plain launches in place of programmatic ones when 0, for the same (a kernel then starts once
     // the one before has completed).
-    if (const char* env = std::getenv("SONIC_CUDA_PROGRAMMATIC")) programmatic_launch_ = programmatic_launch_ && std::atoi(env) != 0;
+    if (const char* env = std::getenv("SONIC_CUDA_PROGRAMMATIC"))
+      programmatic_launch_ = programmatic_launch_ && std::atoi(env) != 0;
   }
   ~CudaBackend() override {
     cudaFree(z_);
