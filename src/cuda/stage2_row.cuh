@@ -189,12 +189,12 @@ __device__ __forceinline__ void load_run_batch(const unsigned long long* list, c
 // lane), and reads runs w - 1, w - 1 + kWarps, ... of the row's candidates. A run is a chunk's
 // candidates (the first `count` keys of its region), or with fewer chunks than warps (4 at
 // B = 128, where four warps read the row while the others waited) a part of them, so that every
-// warp reads. sh.n_bound must be 0 before.
-template <int Threads>
+// warp reads; a warp takes at most Runs runs. sh.n_bound must be 0 before.
+template <int Threads, int Runs>
 __device__ __forceinline__ void list_while_merging(const RowJob& job, int32_t r, Stage2Shared<Threads>& sh) {
   constexpr int kWarps = Threads / 32 - 1;
-  constexpr int kRuns = (kMaxChunks + kWarps - 1) / kWarps;  // runs a warp takes
-  constexpr int kBatch = 8;                                  // loads in flight a lane
+  constexpr int kRuns = Runs;  // runs a warp takes
+  constexpr int kBatch = 8;    // loads in flight a lane
   static_assert(kRuns <= 32, "a lane holds the extent of one of the warp's runs");
   const int warp = threadIdx.x / 32 - 1, lane = threadIdx.x & 31;
   const int32_t chunks = job.fast.chunks;
@@ -244,8 +244,12 @@ __device__ __forceinline__ void merge_row(const RowJob& job, int32_t r, const Ro
   if constexpr (Threads > kFastThreads) {
     if (threadIdx.x == 0) sh.n_bound = 0;
     __syncthreads();
+    // Rows of at most a chunk a listing warp (B >= 32 at V = 151936) take the one-run form, whose
+    // loads find their run without comparing with the other runs' ends.
+    constexpr int kWarps = Threads / 32 - 1;
     if (threadIdx.x < 32) merge_tiles(job, r, k, sh);
-    else list_while_merging(job, r, sh);
+    else if (job.fast.chunks <= kWarps) list_while_merging<Threads, 1>(job, r, sh);
+    else list_while_merging<Threads, (kMaxChunks + kWarps - 1) / kWarps>(job, r, sh);
   } else {
     if (threadIdx.x < 32) merge_tiles(job, r, k, sh);
   }
