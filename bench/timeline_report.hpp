@@ -42,6 +42,9 @@ struct Phases {
   double resolution = 0;                          // smallest nonzero difference between two marks seen
   double value[kTimelineValues] = {};             // the values of the row done last (timeline.cuh)
   double stage2_ghz = 0;                          // its SM's clock rate through stage 2
+  // row_stage2_kernel's row done last: its first and last warp's arrival at the barrier that ends
+  // each phase with warp stamps (timeline_warp_arrive), after the phase's start (0: none).
+  double warp_first[kTimelineMarks] = {}, warp_last[kTimelineMarks] = {};
   // When the fast kernel's blocks counted their chunks: percentiles over the blocks, and the mean
   // over the blocks of SMs that ran 1, 2, ... kMaxPerSm of them in the call (with one wave, the
   // blocks an SM held at once), with how many SMs ran that many.
@@ -57,8 +60,15 @@ inline double percentile(std::vector<double> v, double q) {
 }
 
 // fast, exact, wide: the tables of the fast kernel, the exact kernel and row_stage2_kernel.
+// The phases that end in a barrier with warp stamps, and the thread-0 mark each starts at.
+constexpr int kWarpStamped[][2] = {{sonic::cuda::kMarkMerged, sonic::cuda::kMarkStage2},
+                                   {sonic::cuda::kMarkThreshold, sonic::cuda::kMarkListed},
+                                   {sonic::cuda::kMarkStaged, sonic::cuda::kMarkThreshold},
+                                   {sonic::cuda::kMarkGathered, sonic::cuda::kMarkStaged},
+                                   {sonic::cuda::kMarkDecided, sonic::cuda::kMarkGathered}};
+
 inline Phases phases_of(const std::vector<unsigned long long>& fast, const std::vector<unsigned long long>& exact,
-                        const std::vector<unsigned long long>& wide) {
+                        const std::vector<unsigned long long>& wide, const std::vector<unsigned long long>& warps) {
   using namespace sonic::cuda;
   auto at = [](const std::vector<unsigned long long>& t, int b, int m) { return t[static_cast<size_t>(b) * kTimelineColumns + m]; };
   unsigned long long t0 = ~0ull;
@@ -147,6 +157,21 @@ inline Phases phases_of(const std::vector<unsigned long long>& fast, const std::
     p.wide_entry_first = first == ~0ull ? 0.0 : us(first);
     p.wide_entry_median = median(entries);
     p.wide_entry_last_row = us(at(wide, wide_last, kMarkEntry));
+    if (wide_last < kTimelineWarpBlocks)
+      for (const auto& [m, from] : kWarpStamped) {
+        const unsigned long long start = at(wide, wide_last, from);
+        unsigned long long first = ~0ull, last = 0;
+        for (int w = 0; w < kTimelineWarps; ++w) {
+          const unsigned long long t = warps[(static_cast<size_t>(wide_last) * kTimelineMarks + m) * kTimelineWarps + w];
+          if (!t) continue;
+          first = std::min(first, t);
+          last = std::max(last, t);
+        }
+        if (last && start) {
+          p.warp_first[m] = span(start, first);
+          p.warp_last[m] = span(start, last);
+        }
+      }
   }
   p.request = median(request);
   p.screen = median(screen);
@@ -204,17 +229,20 @@ template <class Call>
 void report(const std::string& label, int calls, int nbuf, Call call) {
   std::vector<unsigned long long> fast(static_cast<size_t>(kTimelineBlocks) * kTimelineColumns), exact(fast.size()),
       wide(fast.size());
+  std::vector<unsigned long long> warps(static_cast<size_t>(sonic::cuda::kTimelineWarpBlocks) *
+                                        sonic::cuda::kTimelineWarpColumns);
   auto read_all = [&] {
     sonic_timeline_read(0, fast.data(), kTimelineBlocks);
     sonic_timeline_read(1, exact.data(), kTimelineBlocks);
     sonic_timeline_read(2, wide.data(), kTimelineBlocks);
+    sonic_timeline_read_warps(warps.data(), sonic::cuda::kTimelineWarpBlocks);
   };
   read_all();  // clears what the timing left
   std::vector<Phases> all;
   for (int c = 0; c < calls; ++c) {
     call(c % nbuf);
     read_all();
-    all.push_back(phases_of(fast, exact, wide));
+    all.push_back(phases_of(fast, exact, wide, warps));
   }
   auto med = [&](auto value) {
     std::vector<double> v;
@@ -238,6 +266,17 @@ void report(const std::string& label, int calls, int nbuf, Call call) {
                 " kernel's last block left), first block starts +%.2f, last leaves +%.2f\n",
                 field(&Phases::wide_entry_first), field(&Phases::wide_entry_median), field(&Phases::wide_entry_last_row),
                 field(&Phases::wide_early), field(&Phases::row_stage2_start), field(&Phases::row_stage2_end));
+  if (field(&Phases::row_stage2_end) > 0) {
+    std::printf("  its warps at the phases' barriers (first / last arrival after the phase's start):");
+    for (const auto& [m, from] : kWarpStamped) {
+      (void)from;
+      const double last = med([m = m](const Phases& p) { return p.warp_last[m]; });
+      if (last != 0)
+        std::printf(" %s %.2f / %.2f,", sonic::cuda::kTimelineMarkNames[m],
+                    med([m = m](const Phases& p) { return p.warp_first[m]; }), last);
+    }
+    std::printf("\n");
+  }
   std::printf("  exact kernel: first block starts +%.2f, last leaves +%.2f\n", field(&Phases::exact_start),
               field(&Phases::exact_end));
   if (field(&Phases::last_slice) > 0) {

@@ -253,6 +253,7 @@ __device__ __forceinline__ void merge_row(const RowJob& job, int32_t r, const Ro
   } else {
     if (threadIdx.x < 32) merge_tiles(job, r, k, sh);
   }
+  timeline_warp_arrive(kMarkMerged);
   __syncthreads();
 }
 
@@ -497,6 +498,7 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
       const float d = (mx - detail::key_value(key)) * scale;
       atomicAdd(&sh.hist[min(Threads - 1, static_cast<int>(d))], 1);
     });
+    timeline_warp_arrive(kMarkThreshold);
     __syncthreads();
     if (tid < 32) {  // the first bin b whose cumulative count reaches want + kTopKSlack
       constexpr int kPer = Threads / 32;
@@ -537,6 +539,7 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
     const bool keep = listed && z > zl && !(z < cut);
     warp_append(sh.staged, &sh.n, kGatherCap, zkey, keep, with_x ? sh.staged_x : nullptr, key);
   });
+  timeline_warp_arrive(kMarkStaged);
   __syncthreads();
   timeline_mark(kMarkStaged);
   const int n = sh.n;
@@ -594,6 +597,7 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
         for (int i = Threads - 1 - tid; i < n; i += Threads)
           sh.early.staged_noise[i] = gumbel_exact(noise.seed, noise.step, noise.purpose, detail::key_token(sh.staged[i]));
   }
+  timeline_warp_arrive(kMarkGathered);
   __syncthreads();
   if constexpr (kEarlyNoise<Threads>)
     if (noise.on && n <= kGatherCap) {  // in sorted order (read after the decision's barriers)
@@ -786,6 +790,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
         const int i = tid * kScanItems<Threads> + q;
         if (i < n) sh.cum[i] = e[q];
       }
+      timeline_warp_arrive(kMarkDecided);
       __syncthreads();
       if (tid == 0) sh.kept = decide_kept(p, V, zm, zl, n, sh.valid, sh);
       __syncthreads();

@@ -55,9 +55,17 @@ enum TimelineValue : int {
 constexpr int kTimelineColumns = kTimelineMarks + kTimelineValues;  // a block's row of the table
 constexpr int kTimelineBlocks = 8192;  // blocks recorded (the first ones of the grid)
 
+// Wide blocks (row_stage2_kernel's) also keep each warp's arrival at the barriers that end some
+// phases, for the blocks of the first kTimelineWarpBlocks rows: whether a slow phase is every warp
+// or one that the others wait for.
+constexpr int kTimelineWarpBlocks = 256;
+constexpr int kTimelineWarps = 16;
+constexpr int kTimelineWarpColumns = kTimelineMarks * kTimelineWarps;  // a block's row: [mark][warp]
+
 #if SONIC_TIMELINE
 // One table a translation unit (no relocatable device code): each kernel's file reads its own.
 static __device__ unsigned long long timeline_ns[kTimelineBlocks][kTimelineColumns];
+static __device__ unsigned long long timeline_warp_ns[kTimelineWarpBlocks][kTimelineMarks][kTimelineWarps];
 
 // Copies this translation unit's table into out ([blocks][kTimelineColumns]) once the device is idle,
 // then clears it; returns the blocks copied.
@@ -93,6 +101,20 @@ __device__ __forceinline__ void timeline_mark(int mark) {
 #endif
 }
 
+// The warp's arrival at the barrier that ends phase `mark` (lane 0's clock just before the barrier).
+__device__ __forceinline__ void timeline_warp_arrive(int mark) {
+#if SONIC_TIMELINE
+  const unsigned warp = threadIdx.x >> 5, block = blockIdx.y * gridDim.x + blockIdx.x;
+  if ((threadIdx.x & 31) == 0 && warp < kTimelineWarps && block < kTimelineWarpBlocks) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    timeline_warp_ns[block][mark][warp] = t;
+  }
+#else
+  (void)mark;
+#endif
+}
+
 __device__ __forceinline__ void timeline_value(int value, unsigned long long v) {
 #if SONIC_TIMELINE
   if (threadIdx.x == 0) {
@@ -119,4 +141,7 @@ __device__ __forceinline__ void timeline_clock(int value) {
 // ([blocks][kTimelineColumns], blocks <= kTimelineBlocks) after the device is idle, then clears it.
 extern "C" __attribute__((visibility("default"))) int sonic_timeline_read(int kernel, unsigned long long* out,
                                                                          int blocks);
+// Copies row_stage2_kernel's warp arrivals ([blocks][kTimelineWarpColumns], blocks <=
+// kTimelineWarpBlocks) the same way.
+extern "C" __attribute__((visibility("default"))) int sonic_timeline_read_warps(unsigned long long* out, int blocks);
 #endif
