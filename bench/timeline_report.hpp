@@ -45,6 +45,9 @@ struct Phases {
   // row_stage2_kernel's row done last: its first and last warp's arrival at the barrier that ends
   // each phase with warp stamps (timeline_warp_arrive), after the phase's start (0: none).
   double warp_first[kTimelineMarks] = {}, warp_last[kTimelineMarks] = {};
+  // Its serial steps, after their phase's start: warp 0's bin search done (threshold), thread 0's
+  // decision done (decided); 0: not reached.
+  double bin_found = 0, decided = 0;
   // When the fast kernel's blocks counted their chunks: percentiles over the blocks, and the mean
   // over the blocks of SMs that ran 1, 2, ... kMaxPerSm of them in the call (with one wave, the
   // blocks an SM held at once), with how many SMs ran that many.
@@ -157,6 +160,8 @@ inline Phases phases_of(const std::vector<unsigned long long>& fast, const std::
     p.wide_entry_first = first == ~0ull ? 0.0 : us(first);
     p.wide_entry_median = median(entries);
     p.wide_entry_last_row = us(at(wide, wide_last, kMarkEntry));
+    p.bin_found = span(at(wide, wide_last, kMarkListed), at(wide, wide_last, kTimelineMarks + kValueBinFound));
+    p.decided = span(at(wide, wide_last, kMarkGathered), at(wide, wide_last, kTimelineMarks + kValueDecided));
     if (wide_last < kTimelineWarpBlocks)
       for (const auto& [m, from] : kWarpStamped) {
         const unsigned long long start = at(wide, wide_last, from);
@@ -275,7 +280,7 @@ void report(const std::string& label, int calls, int nbuf, Call call) {
         std::printf(" %s %.2f / %.2f,", sonic::cuda::kTimelineMarkNames[m],
                     med([m = m](const Phases& p) { return p.warp_first[m]; }), last);
     }
-    std::printf("\n");
+    std::printf(" the bin found %.2f, the kept set decided %.2f\n", field(&Phases::bin_found), field(&Phases::decided));
   }
   std::printf("  exact kernel: first block starts +%.2f, last leaves +%.2f\n", field(&Phases::exact_start),
               field(&Phases::exact_end));

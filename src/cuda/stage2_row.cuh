@@ -528,6 +528,7 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
         sh.tau = xb;
       }
     }
+    timeline_stamp(kValueBinFound);
     __syncthreads();
     tau = sh.tau;
   }
@@ -793,6 +794,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
       timeline_warp_arrive(kMarkDecided);
       __syncthreads();
       if (tid == 0) sh.kept = decide_kept(p, V, zm, zl, n, sh.valid, sh);
+      timeline_stamp(kValueDecided);
       __syncthreads();
       timeline_mark(kMarkDecided);
       kept = sh.kept;

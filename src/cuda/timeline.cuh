@@ -50,6 +50,8 @@ enum TimelineValue : int {
   kValueClockStage2, // the SM's clock64 at kMarkStage2 and at kMarkExit (with the marks: its clock rate)
   kValueClockExit,
   kValueSm,          // 1 + the SM the block ran on (written at kMarkEntry)
+  kValueBinFound,    // stage 2, thread 0's clock (globaltimer) once warp 0 has found the top-k threshold's bin
+  kValueDecided,     // and once thread 0 has decided the kept set (before the barriers that end each phase)
   kTimelineValues
 };
 constexpr int kTimelineColumns = kTimelineMarks + kTimelineValues;  // a block's row of the table
@@ -124,6 +126,16 @@ __device__ __forceinline__ void timeline_value(int value, unsigned long long v) 
 #else
   (void)value;
   (void)v;
+#endif
+}
+// Thread 0's globaltimer as a value (a point inside a phase, between two marks).
+__device__ __forceinline__ void timeline_stamp(int value) {
+#if SONIC_TIMELINE
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  timeline_value(value, t);
+#else
+  (void)value;
 #endif
 }
 __device__ __forceinline__ void timeline_clock(int value) {
