@@ -77,14 +77,7 @@ __global__ void __launch_bounds__(kRowStage2Threads) row_stage2_kernel(RowJob jo
 int read_row_stage2_timeline(unsigned long long* out, int blocks) { return read_timeline_table(out, blocks); }
 
 extern "C" int sonic_timeline_read_warps(unsigned long long* out, int blocks) {
-  const int n = blocks < kTimelineWarpBlocks ? blocks : kTimelineWarpBlocks;
-  SONIC_CUDA_CHECK(cudaDeviceSynchronize());
-  SONIC_CUDA_CHECK(cudaMemcpyFromSymbol(out, timeline_warp_ns, sizeof(timeline_warp_ns[0]) * n));
-  void* table = nullptr;
-  SONIC_CUDA_CHECK(cudaGetSymbolAddress(&table, timeline_warp_ns));
-  SONIC_CUDA_CHECK(cudaMemset(table, 0, sizeof(timeline_warp_ns)));
-  SONIC_CUDA_CHECK(cudaDeviceSynchronize());
-  return n;
+  return copy_and_clear(out, timeline_warp_ns, blocks);
 }
 #endif
 

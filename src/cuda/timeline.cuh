@@ -69,17 +69,23 @@ constexpr int kTimelineWarpColumns = kTimelineMarks * kTimelineWarps;  // a bloc
 static __device__ unsigned long long timeline_ns[kTimelineBlocks][kTimelineColumns];
 static __device__ unsigned long long timeline_warp_ns[kTimelineWarpBlocks][kTimelineMarks][kTimelineWarps];
 
-// Copies this translation unit's table into out ([blocks][kTimelineColumns]) once the device is idle,
-// then clears it; returns the blocks copied.
-[[maybe_unused]] static int read_timeline_table(unsigned long long* out, int blocks) {
-  const int n = blocks < kTimelineBlocks ? blocks : kTimelineBlocks;
+// Copies a table of this translation unit (its first `blocks` rows) into out once the device is
+// idle, then clears it; returns the rows copied. (The symbol reaches the runtime by reference, as
+// cudaMemcpyFromSymbol takes it.)
+template <class Row, size_t Rows>
+[[maybe_unused]] static int copy_and_clear(unsigned long long* out, Row (&table)[Rows], int blocks) {
+  const int n = blocks < static_cast<int>(Rows) ? blocks : static_cast<int>(Rows);
   SONIC_CUDA_CHECK(cudaDeviceSynchronize());
-  SONIC_CUDA_CHECK(cudaMemcpyFromSymbol(out, timeline_ns, sizeof(timeline_ns[0]) * n));
-  void* table = nullptr;
-  SONIC_CUDA_CHECK(cudaGetSymbolAddress(&table, timeline_ns));
-  SONIC_CUDA_CHECK(cudaMemset(table, 0, sizeof(timeline_ns)));
+  SONIC_CUDA_CHECK(cudaMemcpyFromSymbol(out, table, sizeof(Row) * n));
+  void* address = nullptr;
+  SONIC_CUDA_CHECK(cudaGetSymbolAddress(&address, table));
+  SONIC_CUDA_CHECK(cudaMemset(address, 0, sizeof(table)));
   SONIC_CUDA_CHECK(cudaDeviceSynchronize());
   return n;
+}
+// This translation unit's table ([blocks][kTimelineColumns]).
+[[maybe_unused]] static int read_timeline_table(unsigned long long* out, int blocks) {
+  return copy_and_clear(out, timeline_ns, blocks);
 }
 int read_exact_timeline(unsigned long long* out, int blocks);      // exact_sample.cu's table
 int read_row_stage2_timeline(unsigned long long* out, int blocks);  // row_stage2.cu's
