@@ -62,7 +62,6 @@ inline double percentile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
 }
 
-// fast, exact, wide: the tables of the fast kernel, the exact kernel and row_stage2_kernel.
 // The phases that end in a barrier with warp stamps, and the thread-0 mark each starts at.
 constexpr int kWarpStamped[][2] = {{sonic::cuda::kMarkMerged, sonic::cuda::kMarkStage2},
                                    {sonic::cuda::kMarkThreshold, sonic::cuda::kMarkListed},
@@ -70,6 +69,8 @@ constexpr int kWarpStamped[][2] = {{sonic::cuda::kMarkMerged, sonic::cuda::kMark
                                    {sonic::cuda::kMarkGathered, sonic::cuda::kMarkStaged},
                                    {sonic::cuda::kMarkDecided, sonic::cuda::kMarkGathered}};
 
+// fast, exact, wide: the tables of the fast kernel, the exact kernel and row_stage2_kernel; warps:
+// row_stage2_kernel's warp stamps ([block][mark][warp]).
 inline Phases phases_of(const std::vector<unsigned long long>& fast, const std::vector<unsigned long long>& exact,
                         const std::vector<unsigned long long>& wide, const std::vector<unsigned long long>& warps) {
   using namespace sonic::cuda;
