@@ -11,6 +11,9 @@
 #     without .whl/. A carried .fi-cache/ (FlashInfer's JIT cache from an earlier call's
 #     $OUT/fi-cache.tgz, about 35 MB) is its workspace, touched newer than the fresh install so that
 #     ninja keeps the compiled modules (about 100 s of compiling otherwise).
+#   flags_build_dir PREFIX DEFAULT FLAGS: the build folder of a variant's flags (DEFAULT for none,
+#     else PREFIX-<hash of FLAGS>), so that variants with the same flags share one build and the
+#     scripts agree on its name.
 #   build_timeline JOBS [DIR [CUDA_FLAGS]]: DIR (default build-timeline), sonic_bench with the
 #     kernels' phase timestamps (extra CMake options in SONIC_TIMELINE_CMAKE, e.g.
 #     -DSONIC_TIMELINE_WARM_CODE=ON; CUDA_FLAGS for an experiment's -D switches).
@@ -70,6 +73,10 @@ install_carried_wheels() {
     sleep 1 && find .fi-cache -name "*.so" -exec touch {} +
   fi
   echo "carried wheels installed: $(ls .whl | tr '\n' ' ')"
+}
+
+flags_build_dir() {
+  [ -z "$3" ] && echo "$2" || echo "$1-$(echo "$3" | md5sum | cut -c1-8)"
 }
 
 build_timeline() {

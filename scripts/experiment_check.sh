@@ -21,7 +21,7 @@ device_setup sonic_experiment_logs experiment_logs.tgz
 has() { [[ " $steps " == *" $1 "* ]]; }
 has timeline && build_timeline 4 &
 new=build-var-base
-tree_build() { echo "build-var-$(echo "@$1" | md5sum | cut -c1-8)"; }  # stage1_variants.sh's name
+tree_build() { flags_build_dir build-var "" "@$1"; }  # stage1_variants.sh's name
 trees=("new:$new:base" "ref:$(tree_build "$ref"):ref")
 extra="ref:@$ref:" names="base ref"
 for t in "${others[@]}"; do

@@ -42,7 +42,7 @@ all_variants+=("${extra[@]}")
 for v in "${all_variants[@]}"; do
   [[ -z "${SONIC_VARIANTS:-}" || " $SONIC_VARIANTS " == *" ${v%%:*} "* ]] && variants+=("$v")
 done
-build_dir() { local flags=$1; [ -z "$flags" ] && echo "${SONIC_BASE_BUILD:-build-var-base}" || echo "build-var-$(echo "$flags" | md5sum | cut -c1-8)"; }
+build_dir() { flags_build_dir build-var "${SONIC_BASE_BUILD:-build-var-base}" "$1"; }
 source_dir() { [[ $1 == @* ]] && echo "${1#@}" || echo .; }
 cuda_flags() { [[ $1 == @* ]] && echo "" || echo "$1"; }
 declare -A builds=()

@@ -14,7 +14,7 @@ args=${SONIC_TIMELINE_ARGS:---V 151936 --dtype fp32,bf16 --case homog-peaked,het
 # Variants ("name:CUDA flags:environment"); those with the same flags share a build.
 IFS=";" read -r -a variants <<<"${SONIC_TIMELINE_VARIANTS:-main::}"
 declare -A builds=()
-dir_of() { [ -z "$1" ] && echo build-timeline || echo "build-timeline-$(echo "$1" | md5sum | cut -c1-8)"; }
+dir_of() { flags_build_dir build-timeline build-timeline "$1"; }
 for v in "${variants[@]}"; do
   IFS=: read -r name flags env <<<"$v"
   builds[$(dir_of "$flags")]=$flags

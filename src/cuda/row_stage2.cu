@@ -76,6 +76,7 @@ __global__ void __launch_bounds__(kRowStage2Threads) row_stage2_kernel(RowJob jo
 #if SONIC_TIMELINE
 int read_row_stage2_timeline(unsigned long long* out, int blocks) { return read_timeline_table(out, blocks); }
 
+static_assert(kRowStage2Threads / 32 <= kTimelineWarps, "the warp stamps keep every warp of a row_stage2 block");
 extern "C" int sonic_timeline_read_warps(unsigned long long* out, int blocks) {
   return copy_and_clear(out, timeline_warp_ns, blocks);
 }
