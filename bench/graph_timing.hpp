@@ -24,9 +24,13 @@
 constexpr double kReadBandwidth = 4.33e12;  // H200 read-only reduction, ANCHORS.md
 constexpr size_t kRotateBytes = 256ull << 20;
 
-// Input buffers of `bytes` a call to rotate through, so that no call finds its input in L2.
+// Input buffers of `bytes` a call to rotate through, so that no call finds its input in L2: at least
+// two, and 256 MiB in all, or SONIC_BENCH_ROTATE_MIB (experiments: whether lines of a call's logits
+// survive in L2 until the buffer's next turn, which the L2's replacement policy decides).
 inline int rotating_buffers(size_t bytes) {
-  return static_cast<int>(std::max<size_t>(2, (kRotateBytes + bytes - 1) / bytes));
+  size_t rotate = kRotateBytes;
+  if (const char* env = std::getenv("SONIC_BENCH_ROTATE_MIB")) rotate = std::max<size_t>(1, std::strtoull(env, nullptr, 10)) << 20;
+  return static_cast<int>(std::max<size_t>(2, (rotate + bytes - 1) / bytes));
 }
 // Reading `bytes` once at the read ceiling, in µs.
 inline double read_floor_us(size_t bytes) { return 1e6 * static_cast<double>(bytes) / kReadBandwidth; }

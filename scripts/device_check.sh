@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One full call on the GPU machine: build (CUDA for sm_90), GPU tests, compute-sanitizer, and the
 # benchmark when asked. Run through the device tool from the repo root, with .deps carried:
-#   scripts/device_check.sh [tests] [sanitize] [bench] [topk] [verify] [probe] [pytest] [e2e] [profile] [ncu] [demo] [all]
+#   scripts/device_check.sh [tests] [sanitize] [bench] [topk] [verify] [probe] [latency] [pytest] [e2e] [profile] [ncu] [demo] [all]
 #                                                          (default: tests sanitize)
 # Logs land in $OUT (or ./out when OUT is unset).
 set -uo pipefail
@@ -19,6 +19,7 @@ targets=(--target sonic_gpu_tests)
 [[ " $steps " == *" bench "* || " $steps " == *" topk "* || " $steps " == *" verify "* ]] && targets+=(--target sonic_bench)
 [[ " $steps " == *" demo "* ]] && targets+=(--target sonic_cli)
 [[ " $steps " == *" probe "* ]] && targets+=(--target sonic_cluster_probe)
+[[ " $steps " == *" latency "* ]] && targets+=(--target sonic_latency_probe)
 [[ " $steps " == *" all "* ]] && targets=()
 cmake --build build-gpu -j16 "${targets[@]}" >"$L/build.log" 2>&1 || { log "build FAILED"; grep -E "error" "$L/build.log" | head -40; exit 1; }
 log "build ok"
@@ -76,6 +77,13 @@ if [[ " $steps " == *" probe "* ]]; then
   build-gpu/bench/sonic_cluster_probe ${SONIC_PROBE_ARGS:-} --out "$OUT/h200.jsonl" --commit "$commit" \
     --date "$(date -u +%F)" 2>&1 | tee "$L/probe.log" | tail -45; r=${PIPESTATUS[0]}
   log "sonic_cluster_probe rc=$r: $(tail -1 "$L/probe.log")"
+  [ $r -ne 0 ] && rc=1
+fi
+if [[ " $steps " == *" latency "* ]]; then
+  # Stage 2's building blocks in SM cycles, idle and beside a streaming kernel (bench/latency_probe.cu).
+  build-gpu/bench/sonic_latency_probe ${SONIC_LATENCY_ARGS:-} 2>&1 | tee "$L/latency.log" | tee -a "$OUT/summary.txt" >/dev/null
+  r=${PIPESTATUS[0]}
+  log "sonic_latency_probe rc=$r"
   [ $r -ne 0 ] && rc=1
 fi
 # The Python package with its CUDA backend, built here. python3 there is itself a venv

@@ -53,8 +53,27 @@ constexpr size_t kStageBytes = sizeof(StepSlot<D>) * kFastStages * kFastWarps;  
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
+// The logits are read once: their copies carry an L2 evict-first policy, so that a call's stream of
+// logits (more than the 50 MB L2 from B = 128 fp32 on) evicts other logits, not what later phases and
+// later calls need from L2: the kernels' code, the request table and histories, the chunks'
+// statistics and candidates (perf-notes v3.20: code fetched from HBM costs about 8 more cycles an
+// instruction than from L2). SONIC_LOGITS_EVICT_FIRST=0 builds the plain copies, for experiments.
+#ifndef SONIC_LOGITS_EVICT_FIRST
+#define SONIC_LOGITS_EVICT_FIRST 1
+#endif
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
 __device__ __forceinline__ void copy_async_16_to(uint32_t dst_shared, const void* src) {
+#if SONIC_LOGITS_EVICT_FIRST
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst_shared), "l"(src),
+               "l"(evict_first_policy())
+               : "memory");
+#else
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst_shared), "l"(src) : "memory");
+#endif
 }
 __device__ __forceinline__ void copy_async_16(void* dst, const void* src) { copy_async_16_to(shared_address(dst), src); }
 __device__ __forceinline__ void copy_async_4(void* dst, const void* src) {
