@@ -48,6 +48,9 @@ struct Phases {
   // Its serial steps, after their phase's start: warp 0's bin search done (threshold), thread 0's
   // decision done (decided); 0: not reached.
   double bin_found = 0, decided = 0;
+  // Blocks of each kernel (fast, row_stage2, exact) on the SM of that row's block while its stage 2
+  // ran (from its request again to its exit), its own block left out.
+  double beside_fast = 0, beside_wide = 0, beside_exact = 0;
   // When the fast kernel's blocks counted their chunks: percentiles over the blocks, and the mean
   // over the blocks of SMs that ran 1, 2, ... kMaxPerSm of them in the call (with one wave, the
   // blocks an SM held at once), with how many SMs ran that many.
@@ -161,6 +164,21 @@ inline Phases phases_of(const std::vector<unsigned long long>& fast, const std::
     p.wide_entry_first = first == ~0ull ? 0.0 : us(first);
     p.wide_entry_median = median(entries);
     p.wide_entry_last_row = us(at(wide, wide_last, kMarkEntry));
+    {  // who shared its SM during its stage 2
+      const unsigned long long sm = at(wide, wide_last, kTimelineMarks + kValueSm);
+      const unsigned long long from = at(wide, wide_last, kMarkStage2), to = at(wide, wide_last, kMarkExit);
+      auto beside = [&](const std::vector<unsigned long long>& t, int skip) {
+        double n = 0;
+        for (int b = 0; b < kTimelineBlocks; ++b) {
+          const unsigned long long e = at(t, b, kMarkEntry), x = at(t, b, kMarkExit);
+          if (b != skip && e && sm && at(t, b, kTimelineMarks + kValueSm) == sm && e < to && (!x || x > from)) n += 1;
+        }
+        return n;
+      };
+      p.beside_fast = beside(fast, -1);
+      p.beside_wide = beside(wide, wide_last);
+      p.beside_exact = beside(exact, -1);
+    }
     p.bin_found = span(at(wide, wide_last, kMarkListed), at(wide, wide_last, kTimelineMarks + kValueBinFound));
     p.decided = span(at(wide, wide_last, kMarkGathered), at(wide, wide_last, kTimelineMarks + kValueDecided));
     if (wide_last < kTimelineWarpBlocks)
@@ -272,6 +290,9 @@ void report(const std::string& label, int calls, int nbuf, Call call) {
                 " kernel's last block left), first block starts +%.2f, last leaves +%.2f\n",
                 field(&Phases::wide_entry_first), field(&Phases::wide_entry_median), field(&Phases::wide_entry_last_row),
                 field(&Phases::wide_early), field(&Phases::row_stage2_start), field(&Phases::row_stage2_end));
+  if (field(&Phases::row_stage2_end) > 0)
+    std::printf("  beside the row done last on its SM during its stage 2: %.0f fast, %.0f row_stage2, %.0f exact blocks\n",
+                field(&Phases::beside_fast), field(&Phases::beside_wide), field(&Phases::beside_exact));
   if (field(&Phases::row_stage2_end) > 0) {
     std::printf("  its warps at the phases' barriers (first / last arrival after the phase's start):");
     for (const auto& [m, from] : kWarpStamped) {
