@@ -113,19 +113,12 @@ __global__ void __launch_bounds__(T) probe_kernel(Buffers b, int probe, int reps
       __syncthreads();
       break;
     case kGumbelDouble:
+    case kGumbelFast:  // a draw's Philox word, then the noise in double or in fp32
       if (tid == 0)
         for (int i = 0; i < reps; ++i) {
-          const uint32_t w = sonic::detail::random_word(acc, 7, 0, static_cast<uint32_t>(i));
-          dacc += sonic::detail::gumbel_from_uniform_exact(sonic::detail::uniform_from_word(w));
-          acc += static_cast<unsigned long long>(dacc);
-        }
-      __syncthreads();
-      break;
-    case kGumbelFast:
-      if (tid == 0)
-        for (int i = 0; i < reps; ++i) {
-          const uint32_t w = sonic::detail::random_word(acc, 7, 0, static_cast<uint32_t>(i));
-          dacc += sonic::detail::gumbel_from_uniform_fast(sonic::detail::uniform_from_word(w));
+          const float v = sonic::detail::uniform_from_word(sonic::detail::random_word(acc, 7, 0, static_cast<uint32_t>(i)));
+          dacc += probe == kGumbelDouble ? sonic::detail::gumbel_from_uniform_exact(v)
+                                         : static_cast<double>(sonic::detail::gumbel_from_uniform_fast(v));
           acc += static_cast<unsigned long long>(dacc);
         }
       __syncthreads();
