@@ -20,17 +20,9 @@
 #include <vector>
 
 #include "common/random.hpp"
+#include "graph_timing.hpp"
 
 namespace {
-
-#define CHECK(call)                                                                                  \
-  do {                                                                                               \
-    cudaError_t e_ = (call);                                                                         \
-    if (e_ != cudaSuccess) {                                                                         \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));     \
-      std::exit(1);                                                                                  \
-    }                                                                                                \
-  } while (0)
 
 enum Probe : int {
   kEmpty,          // the two clock reads alone
@@ -228,10 +220,10 @@ long long run_probe(const Buffers& b, int probe, int reps, long long* d_cycles, 
   static uint32_t start = 0;
   start = (start + 4099u * 1024u) % ((1u << 28) / 1024u * 1024u);
   probe_kernel<T><<<1, T, 0, s>>>(b, probe, reps, start, d_cycles);
-  CHECK(cudaGetLastError());
+  CHECK_CUDA(cudaGetLastError());
   long long c = 0;
-  CHECK(cudaMemcpyAsync(&c, d_cycles, sizeof c, cudaMemcpyDeviceToHost, s));
-  CHECK(cudaStreamSynchronize(s));
+  CHECK_CUDA(cudaMemcpyAsync(&c, d_cycles, sizeof c, cudaMemcpyDeviceToHost, s));
+  CHECK_CUDA(cudaStreamSynchronize(s));
   return c;
 }
 
@@ -249,9 +241,9 @@ int main(int argc, char** argv) {
     }
   }
   cudaDeviceProp prop{};
-  CHECK(cudaGetDeviceProperties(&prop, 0));
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   int clock_khz = 0;
-  CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+  CHECK_CUDA(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
   const double ghz = clock_khz / 1e6;
 
   // Rings: random cyclic permutations, one index a 128-byte line (L2) or a 4 KB stride (DRAM).
@@ -271,38 +263,38 @@ int main(int argc, char** argv) {
   const std::vector<uint32_t> l2 = ring(l2_words, 32, 1), dram = ring(dram_words, 1024, 2);
   Buffers b{};
   uint32_t *d_l2, *d_dram, *d_stores;
-  CHECK(cudaMalloc(&d_l2, l2_words * 4));
-  CHECK(cudaMalloc(&d_dram, dram_words * 4));
-  CHECK(cudaMalloc(&d_stores, static_cast<size_t>(reps) * 32 * 4 + 4096));
-  CHECK(cudaMemcpy(d_l2, l2.data(), l2_words * 4, cudaMemcpyHostToDevice));
-  CHECK(cudaMemcpy(d_dram, dram.data(), dram_words * 4, cudaMemcpyHostToDevice));
-  CHECK(cudaMalloc(&b.sink, 4096 * 8));
-  CHECK(cudaMalloc(&b.counter, 64));
-  CHECK(cudaMemset(b.counter, 0, 64));
+  CHECK_CUDA(cudaMalloc(&d_l2, l2_words * 4));
+  CHECK_CUDA(cudaMalloc(&d_dram, dram_words * 4));
+  CHECK_CUDA(cudaMalloc(&d_stores, static_cast<size_t>(reps) * 32 * 4 + 4096));
+  CHECK_CUDA(cudaMemcpy(d_l2, l2.data(), l2_words * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(d_dram, dram.data(), dram_words * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMalloc(&b.sink, 4096 * 8));
+  CHECK_CUDA(cudaMalloc(&b.counter, 64));
+  CHECK_CUDA(cudaMemset(b.counter, 0, 64));
   b.l2_ring = d_l2;
   b.dram_ring = d_dram;
   b.stores = d_stores;
   long long* d_cycles;
-  CHECK(cudaMalloc(&d_cycles, sizeof(long long)));
+  CHECK_CUDA(cudaMalloc(&d_cycles, sizeof(long long)));
   const size_t stream_bytes = size_t{2} << 30;
   uint4* d_stream;
-  CHECK(cudaMalloc(&d_stream, stream_bytes));
-  CHECK(cudaMemset(d_stream, 1, stream_bytes));
+  CHECK_CUDA(cudaMalloc(&d_stream, stream_bytes));
+  CHECK_CUDA(cudaMemset(d_stream, 1, stream_bytes));
   const int stream_smem = 150 * 1024;  // one streaming block an SM
-  CHECK(cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, stream_smem));
+  CHECK_CUDA(cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, stream_smem));
   cudaStream_t probe_stream, load_stream;
-  CHECK(cudaStreamCreateWithFlags(&probe_stream, cudaStreamNonBlocking));
-  CHECK(cudaStreamCreateWithFlags(&load_stream, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&probe_stream, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&load_stream, cudaStreamNonBlocking));
   std::printf("device=%s sms=%d clock_ghz=%.3f reps=%d\n", prop.name, prop.multiProcessorCount, ghz, reps);
 
   for (int loaded = 0; loaded < 2; ++loaded) {
     cudaEvent_t done;
-    CHECK(cudaEventCreate(&done));
+    CHECK_CUDA(cudaEventCreate(&done));
     if (loaded) {  // the stream kernel on all SMs but 4, running for stream_ms while the probes run
       stream_kernel<<<prop.multiProcessorCount - 4, 1024, stream_smem, load_stream>>>(
           d_stream, stream_bytes / sizeof(uint4), static_cast<unsigned long long>(stream_ms * 1e6), b.sink);
-      CHECK(cudaGetLastError());
-      CHECK(cudaEventRecord(done, load_stream));
+      CHECK_CUDA(cudaGetLastError());
+      CHECK_CUDA(cudaEventRecord(done, load_stream));
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     for (int t = 0; t < 2; ++t)
@@ -320,9 +312,9 @@ int main(int argc, char** argv) {
     if (loaded) {
       const cudaError_t q = cudaEventQuery(done);
       std::printf("stream kernel still running after the loaded probes: %s\n", q == cudaErrorNotReady ? "yes" : "no");
-      CHECK(cudaEventSynchronize(done));
+      CHECK_CUDA(cudaEventSynchronize(done));
     }
-    CHECK(cudaEventDestroy(done));
+    CHECK_CUDA(cudaEventDestroy(done));
   }
   // Instruction fetch: the same code run again (its instruction caches warm), after another code
   // ran on every SM (the SM's caches cold, the code in L2), and after 256 MiB streamed too (HBM).
@@ -331,18 +323,18 @@ int main(int argc, char** argv) {
     for (int k = 0; k < 3; ++k) {
       code_kernel<kCodeOps, 1><<<1, 32, 0, probe_stream>>>(7u + k, b.sink, nullptr);  // warm
       if (mode >= 1) code_kernel<kCodeOps, 2><<<4 * prop.multiProcessorCount, 128, 0, probe_stream>>>(3u, b.sink, nullptr);
-      if (mode == 2) CHECK(cudaMemsetAsync(d_stream, k, size_t{256} << 20, probe_stream));
+      if (mode == 2) CHECK_CUDA(cudaMemsetAsync(d_stream, k, size_t{256} << 20, probe_stream));
       code_kernel<kCodeOps, 1><<<1, 32, 0, probe_stream>>>(11u + k, b.sink, d_cycles);
-      CHECK(cudaGetLastError());
+      CHECK_CUDA(cudaGetLastError());
       long long v = 0;
-      CHECK(cudaMemcpyAsync(&v, d_cycles, sizeof v, cudaMemcpyDeviceToHost, probe_stream));
-      CHECK(cudaStreamSynchronize(probe_stream));
+      CHECK_CUDA(cudaMemcpyAsync(&v, d_cycles, sizeof v, cudaMemcpyDeviceToHost, probe_stream));
+      CHECK_CUDA(cudaStreamSynchronize(probe_stream));
       if (k == 0 || v < c) c = v;
     }
     const char* where[3] = {"warm", "l2", "hbm"};
     std::printf("probe=code_%s ops=%d cycles=%lld cycles_per_op=%.2f (about 4 instructions an op)\n", where[mode],
                 kCodeOps, c, static_cast<double>(c) / kCodeOps);
   }
-  CHECK(cudaDeviceSynchronize());
+  CHECK_CUDA(cudaDeviceSynchronize());
   return 0;
 }

@@ -35,6 +35,7 @@ all_variants=(
   "carve100::SONIC_CUDA_CARVEOUT=-1,100,-1"  # -1: no preference
   "carve25::SONIC_CUDA_CARVEOUT=-1,25,-1"
   "carveall::SONIC_CUDA_CARVEOUT=100,100,100"
+  "noevict:-DSONIC_LOGITS_EVICT_FIRST=0:"  # plain logits copies, no L2 evict-first policy (v3.20)
 )
 variants=()
 IFS=";" read -r -a extra <<<"${SONIC_VARIANTS_EXTRA:-}"

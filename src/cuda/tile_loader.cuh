@@ -53,7 +53,7 @@ constexpr size_t kStageBytes = sizeof(StepSlot<D>) * kFastStages * kFastWarps;  
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-// The logits are read once: their copies carry an L2 evict-first policy, so that a call's stream of
+// Copies of logits into shared memory. The logits are read once: their copies carry an L2 evict-first policy, so that a call's stream of
 // logits (more than the 50 MB L2 from B = 128 fp32 on) evicts other logits, not what later phases and
 // later calls need from L2: the kernels' code, the request table and histories, the chunks'
 // statistics and candidates (perf-notes v3.20: code fetched from HBM costs about 8 more cycles an
@@ -66,7 +66,7 @@ __device__ __forceinline__ uint64_t evict_first_policy() {
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   return policy;
 }
-__device__ __forceinline__ void copy_async_16_to(uint32_t dst_shared, const void* src) {
+__device__ __forceinline__ void copy_logits_16_to(uint32_t dst_shared, const void* src) {
 #if SONIC_LOGITS_EVICT_FIRST
   asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst_shared), "l"(src),
                "l"(evict_first_policy())
@@ -75,7 +75,7 @@ __device__ __forceinline__ void copy_async_16_to(uint32_t dst_shared, const void
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst_shared), "l"(src) : "memory");
 #endif
 }
-__device__ __forceinline__ void copy_async_16(void* dst, const void* src) { copy_async_16_to(shared_address(dst), src); }
+__device__ __forceinline__ void copy_logits_16(void* dst, const void* src) { copy_logits_16_to(shared_address(dst), src); }
 __device__ __forceinline__ void copy_async_4(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(shared_address(dst)), "l"(src) : "memory");
 }
@@ -100,7 +100,7 @@ __device__ __forceinline__ void issue_logits(const void* row, bool vec_ok, int32
   if (vec_ok && step_base + L::kStepTokens <= V) {  // the common case: the whole step, no checks
     const char* src = static_cast<const char*>(row) + (static_cast<int64_t>(step_base) + lane * L::kWidth) * L::kElem;
 #pragma unroll
-    for (int c = 0; c < kStepLoads; ++c) copy_async_16(&slot.v[c][lane], src + c * 512);
+    for (int c = 0; c < kStepLoads; ++c) copy_logits_16(&slot.v[c][lane], src + c * 512);
     return;
   }
 #pragma unroll
@@ -108,7 +108,7 @@ __device__ __forceinline__ void issue_logits(const void* row, bool vec_ok, int32
     const int g = c / L::kGroupLoads;
     const int32_t t0 = L::token(step_base + g * 32 * kGroupTokens, lane, (c % L::kGroupLoads) * L::kWidth);
     if (vec_ok && t0 + L::kWidth <= V) {
-      copy_async_16(&slot.v[c][lane], static_cast<const char*>(row) + static_cast<int64_t>(t0) * L::kElem);
+      copy_logits_16(&slot.v[c][lane], static_cast<const char*>(row) + static_cast<int64_t>(t0) * L::kElem);
     } else {
       uint32_t w[4] = {0, 0, 0, 0};
 #pragma unroll
@@ -189,7 +189,7 @@ __device__ __forceinline__ void issue_full_step(const StepIssue& s, int32_t j) {
   const char* src = s.src + j * kTileBytes + lane * 16;
   const uint32_t dst = s.dst + static_cast<uint32_t>(j % kFastStages) * kStageStride + lane * 16;
 #pragma unroll
-  for (int c = 0; c < kStepLoads; ++c) copy_async_16_to(dst + c * 512, src + c * 512);
+  for (int c = 0; c < kStepLoads; ++c) copy_logits_16_to(dst + c * 512, src + c * 512);
 }
 
 // Starts the copies of the step's bitmap words (kAsync: into the open commit group; otherwise plain
