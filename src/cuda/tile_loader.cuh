@@ -53,11 +53,12 @@ constexpr size_t kStageBytes = sizeof(StepSlot<D>) * kFastStages * kFastWarps;  
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-// Copies of logits into shared memory. The logits are read once: their copies carry an L2 evict-first policy, so that a call's stream of
-// logits (more than the 50 MB L2 from B = 128 fp32 on) evicts other logits, not what later phases and
-// later calls need from L2: the kernels' code, the request table and histories, the chunks'
-// statistics and candidates (perf-notes v3.20: code fetched from HBM costs about 8 more cycles an
-// instruction than from L2). SONIC_LOGITS_EVICT_FIRST=0 builds the plain copies, for experiments.
+// Copies of logits into shared memory. The logits are read once: their copies carry an L2
+// evict-first policy, so that a call's stream of logits (more than the 50 MB L2 from B = 128 fp32
+// on) evicts other logits, not what later phases and later calls need from L2: the kernels' code,
+// the request table and histories, the chunks' statistics and candidates (perf-notes v3.20: code
+// fetched from HBM costs about 8 more cycles an instruction than from L2).
+// SONIC_LOGITS_EVICT_FIRST=0 builds the plain copies, for experiments.
 #ifndef SONIC_LOGITS_EVICT_FIRST
 #define SONIC_LOGITS_EVICT_FIRST 1
 #endif
