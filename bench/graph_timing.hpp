@@ -29,7 +29,8 @@ constexpr size_t kRotateBytes = 256ull << 20;
 // survive in L2 until the buffer's next turn, which the L2's replacement policy decides).
 inline int rotating_buffers(size_t bytes) {
   size_t rotate = kRotateBytes;
-  if (const char* env = std::getenv("SONIC_BENCH_ROTATE_MIB")) rotate = std::max<size_t>(1, std::strtoull(env, nullptr, 10)) << 20;
+  if (const char* env = std::getenv("SONIC_BENCH_ROTATE_MIB"))
+    rotate = std::max<size_t>(1, std::strtoull(env, nullptr, 10)) << 20;
   return static_cast<int>(std::max<size_t>(2, (rotate + bytes - 1) / bytes));
 }
 // Reading `bytes` once at the read ceiling, in µs.
