@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -248,6 +249,34 @@ inline Phases phases_of(const std::vector<unsigned long long>& fast, const std::
   return p;
 }
 
+// With SONIC_TIMELINE_RAW=FILE, every fast-kernel block of the call as one line appended to FILE:
+// the label, the call, the block, its SM (-1: unknown) and each mark in ns after the call's first
+// block started (-1: not reached); for block-level questions the medians cannot answer (which blocks
+// end last, and what their SM ran beside them).
+inline void dump_raw(const std::string& label, int call, const std::vector<unsigned long long>& fast) {
+  const char* path = std::getenv("SONIC_TIMELINE_RAW");
+  if (!path || !*path) return;
+  using namespace sonic::cuda;
+  auto at = [&](int b, int m) { return fast[static_cast<size_t>(b) * kTimelineColumns + m]; };
+  unsigned long long t0 = ~0ull;
+  for (int b = 0; b < kTimelineBlocks; ++b)
+    if (at(b, kMarkEntry)) t0 = std::min(t0, at(b, kMarkEntry));
+  if (t0 == ~0ull) return;
+  FILE* f = std::fopen(path, "a");
+  if (!f) return;
+  for (int b = 0; b < kTimelineBlocks; ++b) {
+    if (!at(b, kMarkEntry)) continue;
+    const unsigned long long sm = at(b, kTimelineMarks + kValueSm);
+    std::fprintf(f, "%s\t%d\t%d\t%lld", label.c_str(), call, b, sm ? static_cast<long long>(sm) - 1 : -1ll);
+    for (int m = 0; m < kTimelineMarks; ++m) {
+      const unsigned long long c = at(b, m);
+      std::fprintf(f, "\t%lld", c ? static_cast<long long>(c - t0) : -1ll);
+    }
+    std::fprintf(f, "\n");
+  }
+  std::fclose(f);
+}
+
 // call(i) runs one eager call on rotating buffer i.
 template <class Call>
 void report(const std::string& label, int calls, int nbuf, Call call) {
@@ -266,6 +295,7 @@ void report(const std::string& label, int calls, int nbuf, Call call) {
   for (int c = 0; c < calls; ++c) {
     call(c % nbuf);
     read_all();
+    dump_raw(label, c, fast);
     all.push_back(phases_of(fast, exact, wide, warps));
   }
   auto med = [&](auto value) {

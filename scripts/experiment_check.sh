@@ -10,7 +10,8 @@
 # $OUT/h200_ref.jsonl and one file a further tree, named after it without its dots (commit
 # "unknown": label them when appending to bench/results), logs in $OUT/*.tgz.
 # SONIC_EXPERIMENT_STEPS picks steps (default "bench tests sanitize timeline"); SONIC_VARIANT_VERIFY adds
-# the verify suite to the bench step.
+# the verify suite to the bench step; SONIC_EXPERIMENT_ENV adds variants of the new tree's build that
+# differ by their environment ("name:VAR=value;name2:VAR=value"), timed beside it (bench only).
 set -uo pipefail
 ref=${1:?usage: scripts/experiment_check.sh REF_TREE [TREE ...]}
 shift
@@ -24,6 +25,12 @@ new=build-var-base
 tree_build() { flags_build_dir build-var "" "@$1"; }  # stage1_variants.sh's name
 trees=("new:$new:base" "ref:$(tree_build "$ref"):ref")
 extra="ref:@$ref:" names="base ref"
+IFS=";" read -r -a envs <<<"${SONIC_EXPERIMENT_ENV:-}"
+for e in "${envs[@]}"; do
+  name=${e%%:*}
+  trees+=("$name:$new:$name")
+  extra+=";$name::${e#*:}" names+=" $name"
+done
 for t in "${others[@]}"; do
   name=$(basename "$t" | tr -d .)
   trees+=("$name:$(tree_build "$t"):$name")

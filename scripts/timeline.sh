@@ -7,6 +7,8 @@
 #                              default); SONIC_TIMELINE_VARIANTS ("name:CUDA flags:environment", several
 #                              separated by ";") times builds side by side, e.g.
 #                              "main::;grid:-DSONIC_COUNTED_START=0:;plain::SONIC_CUDA_PROGRAMMATIC=0".
+#                              Each variant's blocks, call by call, land in $OUT/timeline_raw_NAME.tsv.gz
+#                              (columns: label, call, block, SM, then each mark of timeline.cuh in ns).
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 device_setup sonic_timeline_logs timeline_logs.tgz
@@ -27,5 +29,9 @@ for v in "${variants[@]}"; do
   dir=$(dir_of "$flags")
   [ -x "$dir/bench/sonic_bench" ] || { echo "$name: timeline build FAILED"; grep -h error "$L"/timeline_*"$dir".log | head -20; continue; }
   echo "#### $name (${flags:-no extra flags}${env:+, $env})" | tee -a "$OUT/timeline.txt"
-  env $env "$dir/bench/sonic_bench" --out /tmp/timeline.jsonl --timeline 20 $args | tee -a "$OUT/timeline.txt"
+  # Every block of every call too (bench/timeline_report.hpp's dump_raw), for block-level questions.
+  rm -f "$OUT/timeline_raw_$name.tsv"
+  env SONIC_TIMELINE_RAW="$OUT/timeline_raw_$name.tsv" $env "$dir/bench/sonic_bench" --out /tmp/timeline.jsonl \
+    --timeline 20 $args | tee -a "$OUT/timeline.txt"
+  [ -f "$OUT/timeline_raw_$name.tsv" ] && gzip -f "$OUT/timeline_raw_$name.tsv"
 done
