@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -64,9 +65,10 @@ class CudaBackend final : public SamplerBackend {
     SONIC_CUDA_CHECK(cudaMalloc(&z_, rows * V * sizeof(float)));
     SONIC_CUDA_CHECK(cudaMalloc(&stats_, rows * tiles32 * sizeof(cuda::TileStat)));
     SONIC_CUDA_CHECK(cudaMalloc(&cands_, rows * cand_stride_ * sizeof(unsigned long long)));
-    // Counters: [0, rows) chunks done per row, then the rows flagged and the exact kernel's blocks
-    // done. Zero between calls: the kernels reset what they count.
-    counters_ = zeroed_device_array<int32_t>(rows + 2);
+    // Counters: [0, rows) chunks done per row, then the rows flagged, the exact kernel's blocks done
+    // and the split rows' second grid's blocks done. Zero between calls: the kernels reset what they
+    // count.
+    counters_ = zeroed_device_array<int32_t>(rows + 3);
     flagged_total_ = zeroed_device_array<unsigned long long>(1);
     SONIC_CUDA_CHECK(cudaMalloc(&exact_flags_, rows * sizeof(int32_t)));
     SONIC_CUDA_CHECK(cudaMalloc(&verdicts_, rows * sizeof(cuda::RowVerdict)));
@@ -95,6 +97,12 @@ class CudaBackend final : public SamplerBackend {
       resident_[static_cast<int>(d)] = sms * std::max(1, cuda::fast_sample_blocks_per_sm(d));
     // A fixed chunk size for experiments and tests (tokens never depend on it).
     if (const char* env = std::getenv("SONIC_CUDA_TILES_PER_CHUNK")) forced_tiles_per_chunk_ = std::atoi(env);
+    // Split rows (see scratch()), for experiments and tests: "P" puts P % of a split row's tiles in
+    // its first chunk (0: never split), "P:R" also splits in calls of R rows or more.
+    if (const char* env = std::getenv("SONIC_CUDA_SPLIT")) {
+      split_percent_ = std::atoi(env);
+      if (const char* colon = std::strchr(env, ':')) split_min_rows_ = std::atoi(colon + 1);
+    }
     // Stage 2 in its own kernel for calls of at most this many rows (0: never), for the same.
     if (const char* env = std::getenv("SONIC_CUDA_SEPARATE_STAGE2_ROWS")) forced_separate_rows_ = std::atoi(env);
     // Plain launches in place of programmatic ones when 0, for the same (a kernel then starts once
@@ -173,7 +181,7 @@ class CudaBackend final : public SamplerBackend {
     job.top_k = cuda::TopKJob{k, out.ids, out.values, out.stride};
     const cudaStream_t stream = static_cast<cudaStream_t>(options.stream);
     job.fast.separate_stage2 = separate_stage2(job);
-    cuda::launch_fast_sample(job, stream);
+    cuda::launch_fast_sample(job, programmatic_launch_, stream);
     if (job.fast.separate_stage2) cuda::launch_row_stage2(job, programmatic_launch_, stream);
     cuda::launch_exact_top_k(job, stream);
   }
@@ -251,7 +259,7 @@ class CudaBackend final : public SamplerBackend {
   void launch(cuda::RowJob job, const CallOptions& options) const {
     const cudaStream_t stream = static_cast<cudaStream_t>(options.stream);
     job.fast.separate_stage2 = separate_stage2(job);
-    cuda::launch_fast_sample(job, stream);
+    cuda::launch_fast_sample(job, programmatic_launch_, stream);
     if (job.fast.separate_stage2) cuda::launch_row_stage2(job, programmatic_launch_, stream);
     job.exact_flags = exact_flags_;
     job.split = cuda::SplitScratch{split_mass_, split_count_, split_best_, split_total_,
@@ -293,7 +301,22 @@ class CudaBackend final : public SamplerBackend {
                          ? (tiles + forced_tiles_per_chunk_ - 1) / forced_tiles_per_chunk_
                          : resident / std::max<int64_t>(rows, 1);
     chunks = std::clamp<int64_t>(chunks, 1, tiles);
-    const int32_t tiles_per_chunk = static_cast<int32_t>((tiles + chunks - 1) / chunks);  // evened out
+    int32_t tiles_per_chunk = static_cast<int32_t>((tiles + chunks - 1) / chunks);  // evened out
+    // Split rows: where a row is a block's work (one chunk a row), rows with rules (penalties, token
+    // lists, a bitmask: the expensive ones) leave their last quarter to a second block, which the
+    // hardware starts on the first SM to free a slot, so that they end nearer the others. H200, V =
+    // 151936, graph, side by side (docs/perf-notes.md v3.23): the mix fp32 B = 384 / 448 / 512 / 1024
+    // 167.3 / 188.0 / 192.9 / 362.0 -> 147.2 / 157.2 / 182.7 / 346.6 us, bf16 181.6 / 202.9 / 213.7 /
+    // 415.7 -> 173.9 / 184.9 / 213.2 / 410.6; homogeneous rows (none split) +0.6 to +2.0 us. 75 % beat
+    // 60 and 85. Not fp16 by default: its kernel with split rows spills (80 bytes of stack, not 16)
+    // and the benchmark does not time fp16.
+    const bool split = forced_tiles_per_chunk_ <= 0 && split_percent_ > 0 && tiles >= 4 &&
+                       (split_min_rows_ >= 0 ? rows >= split_min_rows_ : chunks == 1 && dtype != DType::kF16);
+    int32_t split_tiles = 0;
+    if (split) {
+      split_tiles = std::clamp<int32_t>(static_cast<int32_t>(tiles * split_percent_ / 100), 2, tiles - 1);
+      tiles_per_chunk = tiles;
+    }
     const int64_t max_rows = config_.max_rows;
     cuda::FastScratch f{};
     f.stats = stats_;
@@ -306,8 +329,11 @@ class CudaBackend final : public SamplerBackend {
     f.rows_done = counters_ + max_rows + 1;
     f.tiles = tiles;
     f.tiles_per_chunk = tiles_per_chunk;
-    f.chunks = (tiles + tiles_per_chunk - 1) / tiles_per_chunk;
-    f.chunk_capacity = tiles_per_chunk * cuda::tile_candidates(dtype);
+    f.chunks = split ? 2 : (tiles + tiles_per_chunk - 1) / tiles_per_chunk;
+    f.chunk_capacity = (split ? split_tiles : tiles_per_chunk) * cuda::tile_candidates(dtype);
+    f.split_tiles = split_tiles;
+    f.tail_launch = 0;
+    f.tails_done = counters_ + max_rows + 2;
     return f;
   }
 
@@ -318,6 +344,7 @@ class CudaBackend final : public SamplerBackend {
   bool programmatic_launch_ = false;  // the row stage-2 and exact kernels as programmatic dependents
   int32_t resident_[3] = {1, 1, 1};  // fast-kernel blocks the device holds at once, per dtype
   int32_t forced_tiles_per_chunk_ = 0;
+  int32_t split_percent_ = 75, split_min_rows_ = -1;  // SONIC_CUDA_SPLIT
   int32_t forced_separate_rows_ = -1;  // -1: separate_stage2's rule
   cuda::TileStat* stats_ = nullptr;
   unsigned long long* cands_ = nullptr;

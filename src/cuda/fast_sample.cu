@@ -41,8 +41,13 @@ template <DType D>
 constexpr size_t kFastSharedBytes =
     kSlotOffset + (kStageBytes<D> > sizeof(Stage2Shared<kFastThreads>) ? kStageBytes<D> : sizeof(Stage2Shared<kFastThreads>));
 
-template <DType D>
-__global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_sample_kernel(RowJob job) {
+// One block's work: its chunk's stage 1, then stage 2 if it is its row's last chunk to finish.
+// Split: a grid of a call with split rows (FastScratch::split_tiles). A template argument, so that
+// calls without them run the kernel as it was: any change to its code moves ptxas's allocation (the
+// split logic inlined into one kernel made the 16-bit kernel spill 80 bytes and cost 0.7-1.7 us at
+// B <= 128, where no row is split; perf-notes v3.23).
+template <DType D, bool Split>
+__device__ __forceinline__ void fast_sample_block(const RowJob& job) {
   // The stage-1 slots at a 128-byte aligned shared address (the static variables left them 96 bytes
   // past one). Measured side by side, H200, V = 151936, graph (docs/perf-notes.md v3.17):
   // homogeneous fp32 B = 512 109.0 -> 101.5 us, bf16 77.6 -> 74.2, the mix fp32 B = 512 212.7 ->
@@ -54,20 +59,38 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
   timeline_mark(kMarkEntry);
   StepSlot<D>* slots = reinterpret_cast<StepSlot<D>*>(reinterpret_cast<char*>(dynamic_shared) + kSlotOffset);
   Stage2Shared<kFastThreads>& s2 = *reinterpret_cast<Stage2Shared<kFastThreads>*>(dynamic_shared);
-  const int32_t r = blockIdx.y, chunk = blockIdx.x;
+  // A grid of split rows is (rows, 1), the second one's blocks being chunks 1; any other is (chunks,
+  // rows): so (rather than rows along x) the mix is 1.5-3.9 us faster at B = 128-256 (perf-notes v3.23).
+  const int32_t r = Split ? blockIdx.x : blockIdx.y;
+  const int32_t chunk = Split ? job.fast.tail_launch : static_cast<int32_t>(blockIdx.x);
   const SlotTableView& tab = job.table;
   const int32_t V = tab.vocab_size;
+  // Chunk 1 of a call with split rows learns its tiles from the request first: it leaves at once if
+  // the row is not split (chunk 0 counted it) or not valid (chunk 0 reports it). Chunk 0's first
+  // steps are the same either way.
+  if (Split && chunk > 0) {
+    if (job.top_k.k > 0) return;  // Sampler::top_k's rows have no rules: never split
+    int32_t s;
+    const int32_t* m;
+    VerifyRow v;
+    if (resolve_call_row(job, r, &s, &m, &v) != kRowOk) return;
+    const RowPrologue p = call_row_prologue(job, s, m, v);
+    if (!row_split(job.fast, p)) return;
+  }
   // Start the chunk's first copies: their latency overlaps the row's prologue.
   const void* row = static_cast<const char*>(job.logits) + static_cast<int64_t>(r) * job.row_stride * elem_bytes(D);
   const bool vec_ok = (reinterpret_cast<uintptr_t>(row) & 15) == 0;
-  start_chunk<D>(job, chunk, row, vec_ok, slots);
+  // (A split row's chunk 1 has passed the test above.)
+  start_chunk<D>(job, Split && chunk > 0 ? ChunkRange{job.fast.split_tiles, job.fast.tiles} : chunk_range(job.fast, chunk),
+                 row, vec_ok, slots);
   // row_stage2_kernel's blocks may take their SMs at once (small batches leave most SMs idle) and
-  // wait there, so that only the grid's completion separates the two kernels.
-  if (!SONIC_LATE_DEPENDENTS && job.fast.separate_stage2) allow_dependent_launch();
+  // wait there, so that only the grid's completion separates the two kernels; so may the split rows'
+  // chunks 1 (their grid follows the chunks 0).
+  if (!SONIC_LATE_DEPENDENTS && (job.fast.separate_stage2 || (Split && chunk == 0))) allow_dependent_launch();
   if (job.top_k.k > 0) {  // Sampler::top_k: raw logits, no request
     const RowPrologue pro = top_k_prologue();
     const RowKind kind = top_k_row_kind(job.top_k.k);
-    if (stage1_chunk<D>(job, r, chunk, 0, pro, kind, row, vec_ok, slots, s1, &last)) {
+    if (stage1_chunk<D, Split>(job, r, chunk, 0, pro, kind, row, vec_ok, slots, s1, &last)) {
       allow_dependent_launch();
       if (!job.fast.separate_stage2) top_k_row(job, r, kind, s2);
     }
@@ -94,7 +117,7 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
   }
   {
     const RowPrologue pro = call_row_prologue(job, slot, mask, w);
-    if (!stage1_chunk<D>(job, r, chunk, slot, pro, row_kind(pro, job, V), row, vec_ok, slots, s1, &last)) {
+    if (!stage1_chunk<D, Split>(job, r, chunk, slot, pro, row_kind(pro, job, V), row, vec_ok, slots, s1, &last)) {
       timeline_mark(kMarkExit);
       return;
     }
@@ -114,21 +137,49 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
   timeline_mark(kMarkExit);
 }
 
+template <DType D, bool Split>
+__global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_sample_kernel(RowJob job) {
+  fast_sample_block<D, Split>(job);
+  // The split rows' grid of chunks 1 must not complete before the grid of chunks 0 (the kernels after
+  // it wait for it alone): its last block to finish waits for that grid, and only that block.
+  if (Split && job.fast.tail_launch && threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(job.fast.tails_done, 1) == static_cast<int>(gridDim.x) - 1) {
+      wait_for_prerequisite_grid();
+      *job.fast.tails_done = 0;
+    }
+  }
+}
+
 template <DType D>
-void launch(const RowJob& job, cudaStream_t stream) {
-  fast_sample_kernel<D><<<dim3(job.fast.chunks, job.rows), kFastThreads, kFastSharedBytes<D>, stream>>>(job);
+void launch(const RowJob& job, bool programmatic, cudaStream_t stream) {
+  if (job.fast.split_tiles == 0) {
+    fast_sample_kernel<D, false><<<dim3(job.fast.chunks, job.rows), kFastThreads, kFastSharedBytes<D>, stream>>>(job);
+    return;
+  }
+  // Split rows: the chunks 0, then the chunks 1 as a programmatic dependent (the chunks 0 allow it at
+  // their start). In a SONIC_TIMELINE build the two grids' blocks share the timeline's rows.
+  fast_sample_kernel<D, true><<<dim3(job.rows, 1), kFastThreads, kFastSharedBytes<D>, stream>>>(job);
+  RowJob tails = job;
+  tails.fast.tail_launch = 1;
+  launch_dependent(fast_sample_kernel<D, true>, dim3(job.rows, 1), dim3(kFastThreads), kFastSharedBytes<D>,
+                   programmatic, stream, tails);
 }
 
 // Also allows the kernel its dynamic shared memory (over 48 KB must be asked for) on the current
 // device: the backend calls it once, when it is created.
 template <DType D>
 int resident_blocks() {
-  SONIC_CUDA_CHECK(cudaFuncSetAttribute(fast_sample_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(kFastSharedBytes<D>)));
-  int blocks = 0;
-  SONIC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fast_sample_kernel<D>, kFastThreads,
+  for (const void* kernel : {reinterpret_cast<const void*>(fast_sample_kernel<D, false>),
+                             reinterpret_cast<const void*>(fast_sample_kernel<D, true>)})
+    SONIC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(kFastSharedBytes<D>)));
+  int blocks = 0, split_blocks = 0;
+  SONIC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fast_sample_kernel<D, false>, kFastThreads,
                                                                  kFastSharedBytes<D>));
-  return blocks;
+  SONIC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&split_blocks, fast_sample_kernel<D, true>,
+                                                                 kFastThreads, kFastSharedBytes<D>));
+  return blocks < split_blocks ? blocks : split_blocks;
 }
 
 }  // namespace
@@ -153,18 +204,21 @@ extern "C" int sonic_timeline_read(int kernel, unsigned long long* out, int bloc
 #endif
 
 void set_fast_sample_carveout(int percent) {
-  for (const void* kernel : {reinterpret_cast<const void*>(fast_sample_kernel<DType::kF32>),
-                             reinterpret_cast<const void*>(fast_sample_kernel<DType::kBF16>),
-                             reinterpret_cast<const void*>(fast_sample_kernel<DType::kF16>)})
+  for (const void* kernel : {reinterpret_cast<const void*>(fast_sample_kernel<DType::kF32, false>),
+                             reinterpret_cast<const void*>(fast_sample_kernel<DType::kBF16, false>),
+                             reinterpret_cast<const void*>(fast_sample_kernel<DType::kF16, false>),
+                             reinterpret_cast<const void*>(fast_sample_kernel<DType::kF32, true>),
+                             reinterpret_cast<const void*>(fast_sample_kernel<DType::kBF16, true>),
+                             reinterpret_cast<const void*>(fast_sample_kernel<DType::kF16, true>)})
     SONIC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent));
 }
 
-void launch_fast_sample(const RowJob& job, cudaStream_t stream) {
+void launch_fast_sample(const RowJob& job, bool programmatic, cudaStream_t stream) {
   if (job.rows == 0) return;
   switch (job.dtype) {
-    case DType::kF32: launch<DType::kF32>(job, stream); break;
-    case DType::kBF16: launch<DType::kBF16>(job, stream); break;
-    case DType::kF16: launch<DType::kF16>(job, stream); break;
+    case DType::kF32: launch<DType::kF32>(job, programmatic, stream); break;
+    case DType::kBF16: launch<DType::kBF16>(job, programmatic, stream); break;
+    case DType::kF16: launch<DType::kF16>(job, programmatic, stream); break;
   }
   SONIC_CUDA_CHECK(cudaGetLastError());
 }

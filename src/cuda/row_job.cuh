@@ -77,7 +77,16 @@ struct FastScratch {
   int32_t tiles;                // tiles of a row for the call's dtype
   int32_t tiles_per_chunk;
   int32_t chunks;               // ceil(tiles / tiles_per_chunk) <= kMaxChunks
-  int32_t chunk_capacity;       // candidates a chunk may write: tiles_per_chunk * tile_candidates
+  int32_t chunk_capacity;       // chunk c's candidates start at c * chunk_capacity in the row's list
+  // Split rows (0: none): the call has two chunks a row; a row with rules (RowPrologue::has_rules,
+  // the expensive ones) puts its first split_tiles tiles in chunk 0 and the rest in chunk 1, any
+  // other row is chunk 0 alone (chunk 1 empty). Then chunk_capacity is split_tiles * tile_candidates
+  // and tiles_per_chunk is tiles. The chunks 0 are one grid (rows blocks, placed as a call without
+  // split rows would be) and the chunks 1 a second one (tail_launch = 1), launched as its
+  // programmatic dependent: its blocks take the slots that the first grid leaves or frees.
+  int32_t split_tiles;
+  int32_t tail_launch;          // 1 in the second grid of a call with split rows: its blocks are chunk 1
+  int32_t* tails_done;          // [1] that grid's blocks finished (its last one waits for the first grid)
   bool separate_stage2;         // stage 2 in row_stage2_kernel (small batches), not in the last block
 };
 
@@ -155,9 +164,11 @@ struct RowJob {
   bool append_to_history;
 };
 
-// The fast path, one kernel: stage 1 on every (chunk, row), stage 2 in the last block of each row to
+// The fast path, one kernel: stage 1 on every chunk of every row, stage 2 in the last block of each row to
 // finish. Rows it cannot settle are flagged in job.fast.exact_flags. Reads the request table only.
-void launch_fast_sample(const RowJob& job, cudaStream_t stream);
+// With split rows (fast.split_tiles) two launches, the second a programmatic dependent of the first
+// when `programmatic`.
+void launch_fast_sample(const RowJob& job, bool programmatic, cudaStream_t stream);
 
 // Stage 2 of a call whose fast kernel ran with fast.separate_stage2: one block of kRowStage2Threads a
 // row (four times the fast kernel's block), for batches too small to fill the device, where a row's

@@ -700,6 +700,16 @@ __device__ __forceinline__ ChunkRange chunk_range(const FastScratch& f, int32_t 
   const int32_t first = chunk * f.tiles_per_chunk;
   return ChunkRange{first, min(first + f.tiles_per_chunk, f.tiles)};
 }
+// Whether row r's work is split between its two chunks (FastScratch::split_tiles): its block of
+// chunk 0 and its block of chunk 1 decide it alike from the row's request.
+__device__ __forceinline__ bool row_split(const FastScratch& f, const RowPrologue& pro) {
+  return f.split_tiles > 0 && pro.has_rules;
+}
+// The chunk's tiles once the row's request is known.
+__device__ __forceinline__ ChunkRange chunk_range(const FastScratch& f, int32_t chunk, const RowPrologue& pro) {
+  if (!row_split(f, pro)) return chunk_range(f, chunk);
+  return chunk == 0 ? ChunkRange{0, f.split_tiles} : ChunkRange{f.split_tiles, f.tiles};
+}
 template <DType D>
 __device__ __forceinline__ int32_t warp_step_base(int32_t tile) {
   return tile * tile_tokens(D) + (threadIdx.x >> 5) * StepLayout<D>::kStepTokens;
@@ -710,12 +720,11 @@ __device__ __forceinline__ StepSlot<D>& warp_slot(StepSlot<D>* slots, int32_t i)
   return slots[(i % kFastStages) * kFastWarps + (threadIdx.x >> 5)];
 }
 
-// Starts the copies of the chunk's first kFastStages - 1 steps of logits (one commit group each, empty
-// past the chunk), before the row's request is read.
+// Starts the copies of the first kFastStages - 1 steps of logits of the chunk's tiles cr (one commit
+// group each, empty past the chunk), before the row's request is read where it may be.
 template <DType D>
-__device__ __forceinline__ void start_chunk(const RowJob& job, int32_t chunk, const void* row, bool vec_ok,
+__device__ __forceinline__ void start_chunk(const RowJob& job, ChunkRange cr, const void* row, bool vec_ok,
                                             StepSlot<D>* slots) {
-  const ChunkRange cr = chunk_range(job.fast, chunk);
 #pragma unroll
   for (int i = 0; i < kFastStages - 1; ++i) {
     if (cr.first + i < cr.end) issue_logits<D>(row, vec_ok, warp_step_base<D>(cr.first + i), job.table.vocab_size, warp_slot(slots, i));
@@ -725,7 +734,7 @@ __device__ __forceinline__ void start_chunk(const RowJob& job, int32_t chunk, co
 
 // Stage 1 for chunk `chunk` of row r, whose first steps start_chunk issued. Returns true (in every
 // thread) in the row's last block to finish (never with fast.separate_stage2).
-template <DType D>
+template <DType D, bool Split>
 __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_t slot, const RowPrologue& pro,
                              const RowKind& k, const void* row, bool vec_ok, StepSlot<D>* slots, Stage1Shared& sh,
                              int* last_flag) {
@@ -734,7 +743,7 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
   const SlotTableView& tab = job.table;
   const int32_t V = tab.vocab_size;
   const int warp = threadIdx.x >> 5;
-  const ChunkRange cr = chunk_range(f, chunk);
+  const ChunkRange cr = Split ? chunk_range(f, chunk, pro) : chunk_range(f, chunk);
   const int32_t steps = cr.end - cr.first;
   const uint32_t* mask_row = reinterpret_cast<const uint32_t*>(pro.mask);
   const uint32_t* seen_row = pro.penalised ? tab.hist_bits + static_cast<int64_t>(slot) * tab.words : nullptr;
@@ -834,17 +843,35 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
     t.win_token = win.token;
     t.count = sh.count;
     job.fast.stats[static_cast<int64_t>(r) * f.chunks + chunk] = t;
+    // A row that is not split counts its empty chunk 1 too, with its statistics (that block leaves
+    // without touching either).
+    int done = 1;
+    if (Split && !row_split(f, pro)) {
+      done = 2;
+      TileStat e;
+      e.max_key = 0;
+      e.bound = 0;
+      e.sum = 0.0f;
+      e.raw_max = -INFINITY;
+      e.raw_sum = 0.0f;
+      e.win_score = 0.0f;
+      e.win_token = -1;
+      e.valid = 0;
+      e.nan = 0;
+      e.count = 0;
+      job.fast.stats[static_cast<int64_t>(r) * f.chunks + 1] = e;
+    }
     // Publish the chunk's candidates (every warp's, ordered before this by the barrier) and its
     // statistics before counting it as done; the last chunk acquires the others', or
     // row_stage2_kernel's block of the row waits for the count (wait_for_count).
     if (!f.separate_stage2) {
       __threadfence();
-      const bool last = atomicAdd(f.tiles_done + r, 1) == f.chunks - 1;
+      const bool last = atomicAdd(f.tiles_done + r, done) == f.chunks - done;
       if (last) __threadfence();
       *last_flag = last;
     } else if (SONIC_COUNTED_START) {
       __threadfence();
-      atomicAdd(f.tiles_done + r, 1);
+      atomicAdd(f.tiles_done + r, done);
     }
   }
   timeline_mark(kMarkChunkDone);

@@ -540,6 +540,23 @@ TEST(CudaChunking, AgreesAtEveryChunkSize) {
   EXPECT_LE(near_ties, compared / 20);
 }
 
+// Split rows (FastScratch::split_tiles): rows with rules give their last tiles to a second block,
+// the others leave it empty, so a call mixes rows of one and two chunks. By default at a chunk a row
+// (300 rows), and forced ("P:R", SONIC_CUDA_SPLIT) in a small batch, whose stage 2 runs in
+// row_stage2_kernel and counts the empty chunks, at two split points.
+TEST(CudaChunking, AgreesWithSplitRows) {
+  for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16})
+    for (const auto& [split, rows] : {std::pair<const char*, int>{nullptr, 300}, {"60:1", 300}, {"75:1", 16}, {"40:1", 16}}) {
+      SCOPED_TRACE(std::string("split ") + (split ? split : "default") + ", rows " + std::to_string(rows));
+      if (split) ASSERT_EQ(setenv("SONIC_CUDA_SPLIT", split, 1), 0);
+      const auto [compared, near_ties] = agreement_run(AgreementCase{151936, dtype}, rows, 2, 91 + rows);
+      unsetenv("SONIC_CUDA_SPLIT");
+      std::printf("split %s, %d rows, dtype=%d: %d rows compared, %d near-tie disagreements\n",
+                  split ? split : "default", rows, static_cast<int>(dtype), compared, near_ties);
+      EXPECT_LE(near_ties, compared / 20);
+    }
+}
+
 // The same at a vocabulary small enough for compute-sanitizer: chunks of several tiles, a partial
 // last tile and chunk, every dtype.
 TEST(CudaChunking, SmallVocabularyForcedChunks) {
@@ -550,6 +567,13 @@ TEST(CudaChunking, SmallVocabularyForcedChunks) {
     std::printf("V=30001 chunks of 3 tiles, dtype=%d: %d rows compared, %d near-tie disagreements\n",
                 static_cast<int>(dtype), compared, near_ties);
     EXPECT_LE(near_ties, compared / 20);
+    // Split rows, forced: 4 of the 8 fp32 tiles in chunk 0 (2 of 4 16-bit ones), the last tile partial.
+    ASSERT_EQ(setenv("SONIC_CUDA_SPLIT", "50:1", 1), 0);
+    const auto [s_compared, s_near_ties] = agreement_run(AgreementCase{30001, dtype}, 8, 3, 37 + static_cast<int>(dtype));
+    unsetenv("SONIC_CUDA_SPLIT");
+    std::printf("V=30001 split rows 50:1, dtype=%d: %d rows compared, %d near-tie disagreements\n",
+                static_cast<int>(dtype), s_compared, s_near_ties);
+    EXPECT_LE(s_near_ties, s_compared / 20);
   }
 }
 
