@@ -861,7 +861,7 @@ __global__ void __launch_bounds__(kBlock) exact_sample_kernel(RowJob job) {
   // Launched as a programmatic dependent of the kernel before it (fast or row stage 2): wait until
   // that grid has completed and its writes are visible (a no-op for a plain launch).
   wait_for_prerequisite_grid();
-  timeline_mark(kMarkEntry);
+  timeline_enter();
   // Its token beside the flag: the commit of a small call waits on one round trip here, not on the
   // flag, then the row's slot and parameters, then the token (v3.8's timeline: 1.4 us a commit). In
   // a call that flagged rows the value is thrown away (the exact path may still rewrite it).

@@ -36,6 +36,12 @@ constexpr size_t kSlotOffset = SONIC_SLOT_OFFSET;
 #ifndef SONIC_LATE_DEPENDENTS
 #define SONIC_LATE_DEPENDENTS 0
 #endif
+// Experiments only: 1 makes every block of the split rows' second grid allow the next kernel's launch
+// at its start, not after its stage 1 or at its exit (the second grid's last block exits only after
+// the first grid; perf-notes v3.23's homogeneous cost of split calls, not yet timed).
+#ifndef SONIC_SPLIT_EARLY_TRIGGER
+#define SONIC_SPLIT_EARLY_TRIGGER 0
+#endif
 static_assert(kSlotOffset % 16 == 0 && kSlotOffset < 128, "the slots' copies need 16-byte alignment");
 template <DType D>
 constexpr size_t kFastSharedBytes =
@@ -56,7 +62,8 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
   extern __shared__ __align__(128) uint4 dynamic_shared[];
   __shared__ Stage1Shared s1;
   __shared__ int last;
-  timeline_mark(kMarkEntry);
+  // (The split rows' second grid after the first in the timeline's table.)
+  timeline_enter(Split && job.fast.tail_launch ? gridDim.x : 0);
   StepSlot<D>* slots = reinterpret_cast<StepSlot<D>*>(reinterpret_cast<char*>(dynamic_shared) + kSlotOffset);
   Stage2Shared<kFastThreads>& s2 = *reinterpret_cast<Stage2Shared<kFastThreads>*>(dynamic_shared);
   // A grid of split rows is (rows, 1), the second one's blocks being chunks 1; any other is (chunks,
@@ -65,6 +72,7 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
   const int32_t chunk = Split ? job.fast.tail_launch : static_cast<int32_t>(blockIdx.x);
   const SlotTableView& tab = job.table;
   const int32_t V = tab.vocab_size;
+  if (SONIC_SPLIT_EARLY_TRIGGER && Split && chunk > 0) allow_dependent_launch();
   // Chunk 1 of a call with split rows learns its tiles from the request first: it leaves at once if
   // the row is not split (chunk 0 counted it) or not valid (chunk 0 reports it). Chunk 0's first
   // steps are the same either way.
@@ -158,7 +166,7 @@ void launch(const RowJob& job, bool programmatic, cudaStream_t stream) {
     return;
   }
   // Split rows: the chunks 0, then the chunks 1 as a programmatic dependent (the chunks 0 allow it at
-  // their start). In a SONIC_TIMELINE build the two grids' blocks share the timeline's rows.
+  // their start).
   fast_sample_kernel<D, true><<<dim3(job.rows, 1), kFastThreads, kFastSharedBytes<D>, stream>>>(job);
   RowJob tails = job;
   tails.fast.tail_launch = 1;

@@ -28,7 +28,7 @@ __device__ __forceinline__ void leave_after_fast_kernel() {
 
 __global__ void __launch_bounds__(kRowStage2Threads) row_stage2_kernel(RowJob job) {
   __shared__ Stage2Shared<kRowStage2Threads> sh;
-  timeline_mark(kMarkEntry);  // resident (with programmatic launch, possibly long before its row is done)
+  timeline_enter();  // resident (with programmatic launch, possibly long before its row is done)
   const int32_t r = blockIdx.x;
   if (job.top_k.k > 0) {  // Sampler::top_k: no request
     const RowKind kind = top_k_row_kind(job.top_k.k);

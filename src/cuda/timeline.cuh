@@ -91,10 +91,35 @@ int read_exact_timeline(unsigned long long* out, int blocks);      // exact_samp
 int read_row_stage2_timeline(unsigned long long* out, int blocks);  // row_stage2.cu's
 #endif
 
+#if SONIC_TIMELINE
+// The table's row of this block: its index in the grid, after `first` rows that another grid of the
+// same kernel in the same call uses (the split rows' second grid, fast_sample.cu), set by
+// timeline_enter. Thread 0 sets it before any mark; other warps read it only after barriers.
+__device__ __forceinline__ unsigned& timeline_first_row() {
+  __shared__ unsigned first;
+  return first;
+}
+__device__ __forceinline__ unsigned timeline_block() {
+  return timeline_first_row() + blockIdx.y * gridDim.x + blockIdx.x;
+}
+#endif
+
+__device__ __forceinline__ void timeline_mark(int mark);
+
+// A kernel's first mark (kMarkEntry), its rows in the table starting at `first`.
+__device__ __forceinline__ void timeline_enter(unsigned first = 0) {
+#if SONIC_TIMELINE
+  if (threadIdx.x == 0) timeline_first_row() = first;
+  timeline_mark(kMarkEntry);
+#else
+  (void)first;
+#endif
+}
+
 __device__ __forceinline__ void timeline_mark(int mark) {
 #if SONIC_TIMELINE
   if (threadIdx.x == 0) {
-    const unsigned block = blockIdx.y * gridDim.x + blockIdx.x;
+    const unsigned block = timeline_block();
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     if (block < kTimelineBlocks) timeline_ns[block][mark] = t;
@@ -112,7 +137,7 @@ __device__ __forceinline__ void timeline_mark(int mark) {
 // The warp's arrival at the barrier that ends phase `mark` (lane 0's clock just before the barrier).
 __device__ __forceinline__ void timeline_warp_arrive(int mark) {
 #if SONIC_TIMELINE
-  const unsigned warp = threadIdx.x >> 5, block = blockIdx.y * gridDim.x + blockIdx.x;
+  const unsigned warp = threadIdx.x >> 5, block = timeline_block();
   if ((threadIdx.x & 31) == 0 && warp < kTimelineWarps && block < kTimelineWarpBlocks) {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -126,7 +151,7 @@ __device__ __forceinline__ void timeline_warp_arrive(int mark) {
 __device__ __forceinline__ void timeline_value(int value, unsigned long long v) {
 #if SONIC_TIMELINE
   if (threadIdx.x == 0) {
-    const unsigned block = blockIdx.y * gridDim.x + blockIdx.x;
+    const unsigned block = timeline_block();
     if (block < kTimelineBlocks) timeline_ns[block][kTimelineMarks + value] = v;
   }
 #else
