@@ -66,7 +66,7 @@ class CudaBackend final : public SamplerBackend {
     SONIC_CUDA_CHECK(cudaMalloc(&stats_, rows * tiles32 * sizeof(cuda::TileStat)));
     SONIC_CUDA_CHECK(cudaMalloc(&cands_, rows * cand_stride_ * sizeof(unsigned long long)));
     // Counters: [0, rows) chunks done per row, then the rows flagged, the exact kernel's blocks done
-    // and the split rows' second grid's blocks done. Zero between calls: the kernels reset what they
+    // and the row tails' grid's blocks done. Zero between calls: the kernels reset what they
     // count.
     counters_ = zeroed_device_array<int32_t>(rows + 3);
     flagged_total_ = zeroed_device_array<unsigned long long>(1);
@@ -97,11 +97,11 @@ class CudaBackend final : public SamplerBackend {
       resident_[static_cast<int>(d)] = sms * std::max(1, cuda::fast_sample_blocks_per_sm(d));
     // A fixed chunk size for experiments and tests (tokens never depend on it).
     if (const char* env = std::getenv("SONIC_CUDA_TILES_PER_CHUNK")) forced_tiles_per_chunk_ = std::atoi(env);
-    // Split rows (see scratch()), for experiments and tests: "P" puts P % of a split row's tiles in
-    // its first chunk (0: never split), "P:R" also splits in calls of R rows or more.
-    if (const char* env = std::getenv("SONIC_CUDA_SPLIT")) {
-      split_percent_ = std::atoi(env);
-      if (const char* colon = std::strchr(env, ':')) split_min_rows_ = std::atoi(colon + 1);
+    // Row tails (see scratch()), for experiments and tests: "P" keeps P % of a row's tiles in its
+    // first chunk (0: no tails), "P:R" also gives rows tails in calls of R rows or more.
+    if (const char* env = std::getenv("SONIC_CUDA_TAILS")) {
+      head_percent_ = std::atoi(env);
+      if (const char* colon = std::strchr(env, ':')) tails_min_rows_ = std::atoi(colon + 1);
     }
     // Stage 2 in its own kernel for calls of at most this many rows (0: never), for the same.
     if (const char* env = std::getenv("SONIC_CUDA_SEPARATE_STAGE2_ROWS")) forced_separate_rows_ = std::atoi(env);
@@ -207,10 +207,9 @@ class CudaBackend final : public SamplerBackend {
     require_device(out.top_ids, "out.top_ids");
     require_device(out.top_logprobs, "out.top_logprobs");
 
-    cuda::RowJob job = row_job(logits, &bitmask, options);
-    // No split rows in verification yet: its GPU tests stay below the calls that would split (perf-notes
-    // v3.23), so the path is not tested there.
-    job.fast = scratch(logits.dtype, job.rows, /*split_rows=*/false);
+    // No row tails in verification yet: its GPU tests stay below the calls that would have them
+    // (perf-notes v3.23), so the path is not tested there.
+    cuda::RowJob job = row_job(logits, &bitmask, options, /*row_tails=*/false);
     // Per-row outputs are scratch: the commit turns the row verdicts into the request outputs.
     // Rank and top-N are written per row (by stage 2 or the exact path, as in sampling).
     job.out = cuda::RowOutputs{nullptr,
@@ -235,8 +234,9 @@ class CudaBackend final : public SamplerBackend {
 
  private:
   // What every call's job holds: the logits, the bitmask (null for top_k), the request table, the
-  // workspace and the call's options.
-  cuda::RowJob row_job(const LogitsView& logits, const BitmaskView* bitmask, const CallOptions& options) const {
+  // workspace (with row tails where scratch() gives them and row_tails allows) and the call's options.
+  cuda::RowJob row_job(const LogitsView& logits, const BitmaskView* bitmask, const CallOptions& options,
+                       bool row_tails = true) const {
     cuda::RowJob job{};
     job.logits = logits.data;
     job.dtype = logits.dtype;
@@ -250,7 +250,7 @@ class CudaBackend final : public SamplerBackend {
     }
     job.table = table_.view();
     job.z = z_;
-    job.fast = scratch(logits.dtype, job.rows);
+    job.fast = scratch(logits.dtype, job.rows, row_tails);
     job.mode = options.logprob_mode;
     job.advance_step = options.advance_step;
     job.append_to_history = options.append_to_history;
@@ -296,7 +296,7 @@ class CudaBackend final : public SamplerBackend {
   // 31.8 / 55.8 / 126.2 us, bf16 B = 512 123.9 -> 98.1; heterogeneous fp32 B = 128 116.4 -> 107.6,
   // but heterogeneous bf16 B = 32 46.6 -> 50.7 (its compute-bound screen gains from more warps an SM
   // more than it loses to a partial second wave).
-  cuda::FastScratch scratch(DType dtype, int32_t rows, bool split_rows = true) const {
+  cuda::FastScratch scratch(DType dtype, int32_t rows, bool row_tails) const {
     const int32_t V = config_.vocab_size;
     const int32_t tiles = (V + cuda::tile_tokens(dtype) - 1) / cuda::tile_tokens(dtype);
     const int64_t resident = resident_[static_cast<int>(dtype)];
@@ -305,19 +305,19 @@ class CudaBackend final : public SamplerBackend {
                          : resident / std::max<int64_t>(rows, 1);
     chunks = std::clamp<int64_t>(chunks, 1, tiles);
     int32_t tiles_per_chunk = static_cast<int32_t>((tiles + chunks - 1) / chunks);  // evened out
-    // Split rows: where a row is a block's work (one chunk a row), rows with rules (penalties, token
-    // lists, a bitmask: the expensive ones) leave their last quarter to a second block, which the
+    // Row tails: where a row is a block's work (one chunk a row), rows with rules (penalties, token
+    // lists, a bitmask: the expensive ones) give their last quarter to a second block, which the
     // hardware starts on the first SM to free a slot, so that they end nearer the others. H200, V =
     // 151936, graph, side by side (docs/perf-notes.md v3.23): the mix fp32 B = 384 / 448 / 512 / 1024
     // 167.3 / 188.0 / 192.9 / 362.0 -> 147.2 / 157.2 / 182.7 / 346.6 us, bf16 181.6 / 202.9 / 213.7 /
-    // 415.7 -> 173.9 / 184.9 / 213.2 / 410.6; homogeneous rows (none split) +0.6 to +2.0 us. 75 % beat
-    // 60 and 85. Not fp16 by default: its kernel with split rows spills (80 bytes of stack, not 16)
-    // and the benchmark does not time fp16.
-    const bool split = split_rows && forced_tiles_per_chunk_ <= 0 && split_percent_ > 0 && tiles >= 4 &&
-                       (split_min_rows_ >= 0 ? rows >= split_min_rows_ : chunks == 1 && dtype != DType::kF16);
-    int32_t split_tiles = 0;
-    if (split) {
-      split_tiles = std::clamp<int32_t>(static_cast<int32_t>(tiles * split_percent_ / 100), 2, tiles - 1);
+    // 415.7 -> 173.9 / 184.9 / 213.2 / 410.6; homogeneous rows (no tails) +0.6 to +2.0 us. A head of
+    // 75 % beat 60 and 85. Not fp16 by default: its kernel with tails spills (80 bytes of stack, not
+    // 16) and the benchmark does not time fp16.
+    const bool tails = row_tails && forced_tiles_per_chunk_ <= 0 && head_percent_ > 0 && tiles >= 4 &&
+                       (tails_min_rows_ >= 0 ? rows >= tails_min_rows_ : chunks == 1 && dtype != DType::kF16);
+    int32_t tail_first = 0;
+    if (tails) {
+      tail_first = std::clamp<int32_t>(static_cast<int32_t>(tiles * head_percent_ / 100), 2, tiles - 1);
       tiles_per_chunk = tiles;
     }
     const int64_t max_rows = config_.max_rows;
@@ -332,9 +332,9 @@ class CudaBackend final : public SamplerBackend {
     f.rows_done = counters_ + max_rows + 1;
     f.tiles = tiles;
     f.tiles_per_chunk = tiles_per_chunk;
-    f.chunks = split ? 2 : (tiles + tiles_per_chunk - 1) / tiles_per_chunk;
-    f.chunk_capacity = (split ? split_tiles : tiles_per_chunk) * cuda::tile_candidates(dtype);
-    f.split_tiles = split_tiles;
+    f.chunks = tails ? 2 : (tiles + tiles_per_chunk - 1) / tiles_per_chunk;
+    f.chunk_capacity = (tails ? tail_first : tiles_per_chunk) * cuda::tile_candidates(dtype);
+    f.tail_first = tail_first;
     f.tail_launch = 0;
     f.tails_done = counters_ + max_rows + 2;
     return f;
@@ -347,7 +347,7 @@ class CudaBackend final : public SamplerBackend {
   bool programmatic_launch_ = false;  // the row stage-2 and exact kernels as programmatic dependents
   int32_t resident_[3] = {1, 1, 1};  // fast-kernel blocks the device holds at once, per dtype
   int32_t forced_tiles_per_chunk_ = 0;
-  int32_t split_percent_ = 75, split_min_rows_ = -1;  // SONIC_CUDA_SPLIT
+  int32_t head_percent_ = 75, tails_min_rows_ = -1;  // SONIC_CUDA_TAILS
   int32_t forced_separate_rows_ = -1;  // -1: separate_stage2's rule
   cuda::TileStat* stats_ = nullptr;
   unsigned long long* cands_ = nullptr;

@@ -36,11 +36,11 @@ constexpr size_t kSlotOffset = SONIC_SLOT_OFFSET;
 #ifndef SONIC_LATE_DEPENDENTS
 #define SONIC_LATE_DEPENDENTS 0
 #endif
-// Experiments only: 1 makes every block of the split rows' second grid allow the next kernel's launch
-// at its start, not after its stage 1 or at its exit (the second grid's last block exits only after
-// the first grid; perf-notes v3.23's homogeneous cost of split calls, not yet timed).
-#ifndef SONIC_SPLIT_EARLY_TRIGGER
-#define SONIC_SPLIT_EARLY_TRIGGER 0
+// Experiments only: 1 makes every block of the row tails' grid allow the next kernel's launch at its
+// start, not after its stage 1 or at its exit (that grid's last block exits only after the first
+// grid; perf-notes v3.23's homogeneous cost of calls with row tails, not yet timed).
+#ifndef SONIC_TAILS_EARLY_TRIGGER
+#define SONIC_TAILS_EARLY_TRIGGER 0
 #endif
 static_assert(kSlotOffset % 16 == 0 && kSlotOffset < 128, "the slots' copies need 16-byte alignment");
 template <DType D>
@@ -48,11 +48,11 @@ constexpr size_t kFastSharedBytes =
     kSlotOffset + (kStageBytes<D> > sizeof(Stage2Shared<kFastThreads>) ? kStageBytes<D> : sizeof(Stage2Shared<kFastThreads>));
 
 // One block's work: its chunk's stage 1, then stage 2 if it is its row's last chunk to finish.
-// Split: a grid of a call with split rows (FastScratch::split_tiles). A template argument, so that
+// Tails: a grid of a call with row tails (FastScratch::tail_first). A template argument, so that
 // calls without them run the kernel as it was: any change to its code moves ptxas's allocation (the
-// split logic inlined into one kernel made the 16-bit kernel spill 80 bytes and cost 0.7-1.7 us at
-// B <= 128, where no row is split; perf-notes v3.23).
-template <DType D, bool Split>
+// tails' logic inlined into one kernel made the 16-bit kernel spill 80 bytes and cost 0.7-1.7 us at
+// B <= 128, where no row has a tail; perf-notes v3.23).
+template <DType D, bool Tails>
 __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
   // The stage-1 slots at a 128-byte aligned shared address (the static variables left them 96 bytes
   // past one). Measured side by side, H200, V = 151936, graph (docs/perf-notes.md v3.17):
@@ -62,43 +62,43 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
   extern __shared__ __align__(128) uint4 dynamic_shared[];
   __shared__ Stage1Shared s1;
   __shared__ int last;
-  // (The split rows' second grid after the first in the timeline's table.)
-  timeline_enter(Split && job.fast.tail_launch ? gridDim.x : 0);
+  // (The row tails' grid after the first in the timeline's table.)
+  timeline_enter(Tails && job.fast.tail_launch ? gridDim.x : 0);
   StepSlot<D>* slots = reinterpret_cast<StepSlot<D>*>(reinterpret_cast<char*>(dynamic_shared) + kSlotOffset);
   Stage2Shared<kFastThreads>& s2 = *reinterpret_cast<Stage2Shared<kFastThreads>*>(dynamic_shared);
-  // A grid of split rows is (rows, 1), the second one's blocks being chunks 1; any other is (chunks,
+  // A grid of a call with row tails is (rows, 1), the second one's blocks being chunks 1; any other is (chunks,
   // rows): so (rather than rows along x) the mix is 1.5-3.9 us faster at B = 128-256 (perf-notes v3.23).
-  const int32_t r = Split ? blockIdx.x : blockIdx.y;
-  const int32_t chunk = Split ? job.fast.tail_launch : static_cast<int32_t>(blockIdx.x);
+  const int32_t r = Tails ? blockIdx.x : blockIdx.y;
+  const int32_t chunk = Tails ? job.fast.tail_launch : static_cast<int32_t>(blockIdx.x);
   const SlotTableView& tab = job.table;
   const int32_t V = tab.vocab_size;
-  if (SONIC_SPLIT_EARLY_TRIGGER && Split && chunk > 0) allow_dependent_launch();
-  // Chunk 1 of a call with split rows learns its tiles from the request first: it leaves at once if
-  // the row is not split (chunk 0 counted it) or not valid (chunk 0 reports it). Chunk 0's first
+  if (SONIC_TAILS_EARLY_TRIGGER && Tails && chunk > 0) allow_dependent_launch();
+  // A row's tail (chunk 1) learns whether there is one from the request first: it leaves at once if
+  // the row has none (chunk 0 counted it) or is not valid (chunk 0 reports it). Chunk 0's first
   // steps are the same either way.
-  if (Split && chunk > 0) {
-    if (job.top_k.k > 0) return;  // Sampler::top_k's rows have no rules: never split
+  if (Tails && chunk > 0) {
+    if (job.top_k.k > 0) return;  // Sampler::top_k's rows have no rules: no tails
     int32_t s;
     const int32_t* m;
     VerifyRow v;
     if (resolve_call_row(job, r, &s, &m, &v) != kRowOk) return;
     const RowPrologue p = call_row_prologue(job, s, m, v);
-    if (!row_split(job.fast, p)) return;
+    if (!row_has_tail(job.fast, p)) return;
   }
   // Start the chunk's first copies: their latency overlaps the row's prologue.
   const void* row = static_cast<const char*>(job.logits) + static_cast<int64_t>(r) * job.row_stride * elem_bytes(D);
   const bool vec_ok = (reinterpret_cast<uintptr_t>(row) & 15) == 0;
-  // (A split row's chunk 1 has passed the test above.)
-  start_chunk<D>(job, Split && chunk > 0 ? ChunkRange{job.fast.split_tiles, job.fast.tiles} : chunk_range(job.fast, chunk),
+  // (A row's tail has passed the test above.)
+  start_chunk<D>(job, Tails && chunk > 0 ? ChunkRange{job.fast.tail_first, job.fast.tiles} : chunk_range(job.fast, chunk),
                  row, vec_ok, slots);
   // row_stage2_kernel's blocks may take their SMs at once (small batches leave most SMs idle) and
-  // wait there, so that only the grid's completion separates the two kernels; so may the split rows'
-  // chunks 1 (their grid follows the chunks 0).
-  if (!SONIC_LATE_DEPENDENTS && (job.fast.separate_stage2 || (Split && chunk == 0))) allow_dependent_launch();
+  // wait there, so that only the grid's completion separates the two kernels; so may the row tails
+  // (their grid follows the chunks 0).
+  if (!SONIC_LATE_DEPENDENTS && (job.fast.separate_stage2 || (Tails && chunk == 0))) allow_dependent_launch();
   if (job.top_k.k > 0) {  // Sampler::top_k: raw logits, no request
     const RowPrologue pro = top_k_prologue();
     const RowKind kind = top_k_row_kind(job.top_k.k);
-    if (stage1_chunk<D, Split>(job, r, chunk, 0, pro, kind, row, vec_ok, slots, s1, &last)) {
+    if (stage1_chunk<D, Tails>(job, r, chunk, 0, pro, kind, row, vec_ok, slots, s1, &last)) {
       allow_dependent_launch();
       if (!job.fast.separate_stage2) top_k_row(job, r, kind, s2);
     }
@@ -125,7 +125,7 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
   }
   {
     const RowPrologue pro = call_row_prologue(job, slot, mask, w);
-    if (!stage1_chunk<D, Split>(job, r, chunk, slot, pro, row_kind(pro, job, V), row, vec_ok, slots, s1, &last)) {
+    if (!stage1_chunk<D, Tails>(job, r, chunk, slot, pro, row_kind(pro, job, V), row, vec_ok, slots, s1, &last)) {
       timeline_mark(kMarkExit);
       return;
     }
@@ -145,12 +145,12 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
   timeline_mark(kMarkExit);
 }
 
-template <DType D, bool Split>
+template <DType D, bool Tails>
 __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_sample_kernel(RowJob job) {
-  fast_sample_block<D, Split>(job);
-  // The split rows' grid of chunks 1 must not complete before the grid of chunks 0 (the kernels after
-  // it wait for it alone): its last block to finish waits for that grid, and only that block.
-  if (Split && job.fast.tail_launch && threadIdx.x == 0) {
+  fast_sample_block<D, Tails>(job);
+  // The row tails' grid must not complete before the grid of chunks 0 (the kernels after it wait for
+  // it alone): its last block to finish waits for that grid, and only that block.
+  if (Tails && job.fast.tail_launch && threadIdx.x == 0) {
     __threadfence();
     if (atomicAdd(job.fast.tails_done, 1) == static_cast<int>(gridDim.x) - 1) {
       wait_for_prerequisite_grid();
@@ -161,12 +161,12 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
 
 template <DType D>
 void launch(const RowJob& job, bool programmatic, cudaStream_t stream) {
-  if (job.fast.split_tiles == 0) {
+  if (job.fast.tail_first == 0) {
     fast_sample_kernel<D, false><<<dim3(job.fast.chunks, job.rows), kFastThreads, kFastSharedBytes<D>, stream>>>(job);
     return;
   }
-  // Split rows: the chunks 0, then the chunks 1 as a programmatic dependent (the chunks 0 allow it at
-  // their start).
+  // Row tails: the chunks 0, then the tails (chunks 1) as a programmatic dependent (the chunks 0
+  // allow it at their start).
   fast_sample_kernel<D, true><<<dim3(job.rows, 1), kFastThreads, kFastSharedBytes<D>, stream>>>(job);
   RowJob tails = job;
   tails.fast.tail_launch = 1;
@@ -182,12 +182,12 @@ int resident_blocks() {
                              reinterpret_cast<const void*>(fast_sample_kernel<D, true>)})
     SONIC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(kFastSharedBytes<D>)));
-  int blocks = 0, split_blocks = 0;
+  int blocks = 0, tails_blocks = 0;
   SONIC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fast_sample_kernel<D, false>, kFastThreads,
                                                                  kFastSharedBytes<D>));
-  SONIC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&split_blocks, fast_sample_kernel<D, true>,
+  SONIC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&tails_blocks, fast_sample_kernel<D, true>,
                                                                  kFastThreads, kFastSharedBytes<D>));
-  return blocks < split_blocks ? blocks : split_blocks;
+  return blocks < tails_blocks ? blocks : tails_blocks;
 }
 
 }  // namespace

@@ -78,14 +78,14 @@ struct FastScratch {
   int32_t tiles_per_chunk;
   int32_t chunks;               // ceil(tiles / tiles_per_chunk) <= kMaxChunks
   int32_t chunk_capacity;       // chunk c's candidates start at c * chunk_capacity in the row's list
-  // Split rows (0: none): the call has two chunks a row; a row with rules (RowPrologue::has_rules,
-  // the expensive ones) puts its first split_tiles tiles in chunk 0 and the rest in chunk 1, any
-  // other row is chunk 0 alone (chunk 1 empty). Then chunk_capacity is split_tiles * tile_candidates
-  // and tiles_per_chunk is tiles. The chunks 0 are one grid (rows blocks, placed as a call without
-  // split rows would be) and the chunks 1 a second one (tail_launch = 1), launched as its
+  // Row tails (0: none): the call has two chunks a row; a row with rules (RowPrologue::has_rules,
+  // the expensive ones) keeps tiles [0, tail_first) in chunk 0 and gives the rest, its tail, to
+  // chunk 1; any other row is chunk 0 alone (chunk 1 empty). Then chunk_capacity is tail_first *
+  // tile_candidates and tiles_per_chunk is tiles. The chunks 0 are one grid (rows blocks, placed as a
+  // call without tails would be) and the tails a second one (tail_launch = 1), launched as its
   // programmatic dependent: its blocks take the slots that the first grid leaves or frees.
-  int32_t split_tiles;
-  int32_t tail_launch;          // 1 in the second grid of a call with split rows: its blocks are chunk 1
+  int32_t tail_first;
+  int32_t tail_launch;          // 1 in the second grid of a call with row tails: its blocks are chunk 1
   int32_t* tails_done;          // [1] that grid's blocks finished (its last one waits for the first grid)
   bool separate_stage2;         // stage 2 in row_stage2_kernel (small batches), not in the last block
 };
@@ -166,7 +166,7 @@ struct RowJob {
 
 // The fast path, one kernel: stage 1 on every chunk of every row, stage 2 in the last block of each row to
 // finish. Rows it cannot settle are flagged in job.fast.exact_flags. Reads the request table only.
-// With split rows (fast.split_tiles) two launches, the second a programmatic dependent of the first
+// With row tails (fast.tail_first) two launches, the second a programmatic dependent of the first
 // when `programmatic`.
 void launch_fast_sample(const RowJob& job, bool programmatic, cudaStream_t stream);
 

@@ -700,15 +700,15 @@ __device__ __forceinline__ ChunkRange chunk_range(const FastScratch& f, int32_t 
   const int32_t first = chunk * f.tiles_per_chunk;
   return ChunkRange{first, min(first + f.tiles_per_chunk, f.tiles)};
 }
-// Whether row r's work is split between its two chunks (FastScratch::split_tiles): its block of
-// chunk 0 and its block of chunk 1 decide it alike from the row's request.
-__device__ __forceinline__ bool row_split(const FastScratch& f, const RowPrologue& pro) {
-  return f.split_tiles > 0 && pro.has_rules;
+// Whether the row gives its tail to chunk 1 (FastScratch::tail_first): its block of chunk 0 and its
+// block of chunk 1 decide it alike from the row's request.
+__device__ __forceinline__ bool row_has_tail(const FastScratch& f, const RowPrologue& pro) {
+  return f.tail_first > 0 && pro.has_rules;
 }
 // The chunk's tiles once the row's request is known.
 __device__ __forceinline__ ChunkRange chunk_range(const FastScratch& f, int32_t chunk, const RowPrologue& pro) {
-  if (!row_split(f, pro)) return chunk_range(f, chunk);
-  return chunk == 0 ? ChunkRange{0, f.split_tiles} : ChunkRange{f.split_tiles, f.tiles};
+  if (!row_has_tail(f, pro)) return chunk_range(f, chunk);
+  return chunk == 0 ? ChunkRange{0, f.tail_first} : ChunkRange{f.tail_first, f.tiles};
 }
 template <DType D>
 __device__ __forceinline__ int32_t warp_step_base(int32_t tile) {
@@ -734,7 +734,7 @@ __device__ __forceinline__ void start_chunk(const RowJob& job, ChunkRange cr, co
 
 // Stage 1 for chunk `chunk` of row r, whose first steps start_chunk issued. Returns true (in every
 // thread) in the row's last block to finish (never with fast.separate_stage2).
-template <DType D, bool Split>
+template <DType D, bool Tails>
 __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_t slot, const RowPrologue& pro,
                              const RowKind& k, const void* row, bool vec_ok, StepSlot<D>* slots, Stage1Shared& sh,
                              int* last_flag) {
@@ -743,7 +743,7 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
   const SlotTableView& tab = job.table;
   const int32_t V = tab.vocab_size;
   const int warp = threadIdx.x >> 5;
-  const ChunkRange cr = Split ? chunk_range(f, chunk, pro) : chunk_range(f, chunk);
+  const ChunkRange cr = Tails ? chunk_range(f, chunk, pro) : chunk_range(f, chunk);
   const int32_t steps = cr.end - cr.first;
   const uint32_t* mask_row = reinterpret_cast<const uint32_t*>(pro.mask);
   const uint32_t* seen_row = pro.penalised ? tab.hist_bits + static_cast<int64_t>(slot) * tab.words : nullptr;
@@ -843,12 +843,12 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
     t.win_token = win.token;
     t.count = sh.count;
     job.fast.stats[static_cast<int64_t>(r) * f.chunks + chunk] = t;
-    // A row that is not split counts its empty chunk 1 too, with its statistics (that block leaves
-    // without touching either).
+    // A row without a tail counts its empty chunk 1 too, with its statistics (that block leaves
+    // without touching either): nothing in it, no raw maximum, no winner.
     int done = 1;
-    if (Split && !row_split(f, pro)) {
+    if (Tails && !row_has_tail(f, pro)) {
       done = 2;
-      TileStat e;
+      TileStat e;  // (field by field: `TileStat e{}` changed the fp16 kernel's allocation)
       e.max_key = 0;
       e.bound = 0;
       e.sum = 0.0f;

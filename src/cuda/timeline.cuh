@@ -93,7 +93,7 @@ int read_row_stage2_timeline(unsigned long long* out, int blocks);  // row_stage
 
 #if SONIC_TIMELINE
 // The table's row of this block: its index in the grid, after `first` rows that another grid of the
-// same kernel in the same call uses (the split rows' second grid, fast_sample.cu), set by
+// same kernel in the same call uses (the row tails' grid, fast_sample.cu), set by
 // timeline_enter. Thread 0 sets it before any mark; other warps read it only after barriers.
 __device__ __forceinline__ unsigned& timeline_first_row() {
   __shared__ unsigned first;
@@ -103,18 +103,6 @@ __device__ __forceinline__ unsigned timeline_block() {
   return timeline_first_row() + blockIdx.y * gridDim.x + blockIdx.x;
 }
 #endif
-
-__device__ __forceinline__ void timeline_mark(int mark);
-
-// A kernel's first mark (kMarkEntry), its rows in the table starting at `first`.
-__device__ __forceinline__ void timeline_enter(unsigned first = 0) {
-#if SONIC_TIMELINE
-  if (threadIdx.x == 0) timeline_first_row() = first;
-  timeline_mark(kMarkEntry);
-#else
-  (void)first;
-#endif
-}
 
 __device__ __forceinline__ void timeline_mark(int mark) {
 #if SONIC_TIMELINE
@@ -131,6 +119,16 @@ __device__ __forceinline__ void timeline_mark(int mark) {
   }
 #else
   (void)mark;
+#endif
+}
+
+// A kernel's first mark (kMarkEntry), its rows in the table starting at `first`.
+__device__ __forceinline__ void timeline_enter(unsigned first = 0) {
+#if SONIC_TIMELINE
+  if (threadIdx.x == 0) timeline_first_row() = first;
+  timeline_mark(kMarkEntry);
+#else
+  (void)first;
 #endif
 }
 

@@ -521,6 +521,16 @@ TEST(CudaExactPath, WideNucleusMatchesReference) { wide_nucleus_agrees(151936, {
 // The same at vocabularies small enough for compute-sanitizer: more slices than a slice has tokens.
 TEST(CudaExactPath, WideNucleusSmallVocabulary) { wide_nucleus_agrees(1000, {{3, 6}, {12, 3}}); }
 
+// agreement_run with the environment variable `var` set to `value` while the samplers are made
+// (null: unset), for the backend's shape switches (read when a sampler is created).
+std::pair<int, int> agreement_run_with(const char* var, const char* value, const AgreementCase& c, int32_t R,
+                                       int steps, uint64_t seed) {
+  if (value) EXPECT_EQ(setenv(var, value, 1), 0);
+  const auto result = agreement_run(c, R, steps, seed);
+  unsetenv(var);
+  return result;
+}
+
 // The fast kernel streams chunks of tiles whose size depends on the grid (and can be forced for
 // experiments): tokens must not. Small batches use a tile a chunk, so force larger chunks here, and
 // run one batch large enough to get them by default.
@@ -528,9 +538,8 @@ TEST(CudaChunking, AgreesAtEveryChunkSize) {
   for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16})
     for (const int per_chunk : {2, 7, 16, 38}) {  // 38: a whole row a chunk (fp32, 38 tiles)
       SCOPED_TRACE("tiles a chunk " + std::to_string(per_chunk));
-      ASSERT_EQ(setenv("SONIC_CUDA_TILES_PER_CHUNK", std::to_string(per_chunk).c_str(), 1), 0);
-      const auto [compared, near_ties] = agreement_run(AgreementCase{151936, dtype}, 16, 3, 77 + per_chunk);
-      unsetenv("SONIC_CUDA_TILES_PER_CHUNK");
+      const auto [compared, near_ties] = agreement_run_with("SONIC_CUDA_TILES_PER_CHUNK", std::to_string(per_chunk).c_str(),
+                                                            AgreementCase{151936, dtype}, 16, 3, 77 + per_chunk);
       std::printf("chunking %d tiles, dtype=%d: %d rows compared, %d near-tie disagreements\n", per_chunk,
                   static_cast<int>(dtype), compared, near_ties);
       EXPECT_LE(near_ties, compared / 20);
@@ -540,19 +549,18 @@ TEST(CudaChunking, AgreesAtEveryChunkSize) {
   EXPECT_LE(near_ties, compared / 20);
 }
 
-// Split rows (FastScratch::split_tiles): rows with rules give their last tiles to a second block,
+// Row tails (FastScratch::tail_first): rows with rules give their last tiles to a second block,
 // the others leave it empty, so a call mixes rows of one and two chunks. By default at a chunk a row
-// (300 rows), and forced ("P:R", SONIC_CUDA_SPLIT) in a small batch, whose stage 2 runs in
-// row_stage2_kernel and counts the empty chunks, at two split points.
-TEST(CudaChunking, AgreesWithSplitRows) {
+// (300 rows), and forced ("P:R", SONIC_CUDA_TAILS) in a small batch, whose stage 2 runs in
+// row_stage2_kernel and counts the empty chunks, with heads of 40-75 %.
+TEST(CudaChunking, AgreesWithRowTails) {
   for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16})
-    for (const auto& [split, rows] : {std::pair<const char*, int>{nullptr, 300}, {"60:1", 300}, {"75:1", 16}, {"40:1", 16}}) {
-      SCOPED_TRACE(std::string("split ") + (split ? split : "default") + ", rows " + std::to_string(rows));
-      if (split) ASSERT_EQ(setenv("SONIC_CUDA_SPLIT", split, 1), 0);
-      const auto [compared, near_ties] = agreement_run(AgreementCase{151936, dtype}, rows, 2, 91 + rows);
-      unsetenv("SONIC_CUDA_SPLIT");
-      std::printf("split %s, %d rows, dtype=%d: %d rows compared, %d near-tie disagreements\n",
-                  split ? split : "default", rows, static_cast<int>(dtype), compared, near_ties);
+    for (const auto& [tails, rows] : {std::pair<const char*, int>{nullptr, 300}, {"60:1", 300}, {"75:1", 16}, {"40:1", 16}}) {
+      SCOPED_TRACE(std::string("tails ") + (tails ? tails : "default") + ", rows " + std::to_string(rows));
+      const auto [compared, near_ties] =
+          agreement_run_with("SONIC_CUDA_TAILS", tails, AgreementCase{151936, dtype}, rows, 2, 91 + rows);
+      std::printf("tails %s, %d rows, dtype=%d: %d rows compared, %d near-tie disagreements\n",
+                  tails ? tails : "default", rows, static_cast<int>(dtype), compared, near_ties);
       EXPECT_LE(near_ties, compared / 20);
     }
 }
@@ -561,17 +569,15 @@ TEST(CudaChunking, AgreesWithSplitRows) {
 // last tile and chunk, every dtype.
 TEST(CudaChunking, SmallVocabularyForcedChunks) {
   for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16, sonic::DType::kF16}) {
-    ASSERT_EQ(setenv("SONIC_CUDA_TILES_PER_CHUNK", "3", 1), 0);
-    const auto [compared, near_ties] = agreement_run(AgreementCase{30001, dtype}, 8, 3, 31 + static_cast<int>(dtype));
-    unsetenv("SONIC_CUDA_TILES_PER_CHUNK");
+    const auto [compared, near_ties] = agreement_run_with("SONIC_CUDA_TILES_PER_CHUNK", "3", AgreementCase{30001, dtype}, 8,
+                                                          3, 31 + static_cast<int>(dtype));
     std::printf("V=30001 chunks of 3 tiles, dtype=%d: %d rows compared, %d near-tie disagreements\n",
                 static_cast<int>(dtype), compared, near_ties);
     EXPECT_LE(near_ties, compared / 20);
-    // Split rows, forced: 4 of the 8 fp32 tiles in chunk 0 (2 of 4 16-bit ones), the last tile partial.
-    ASSERT_EQ(setenv("SONIC_CUDA_SPLIT", "50:1", 1), 0);
-    const auto [s_compared, s_near_ties] = agreement_run(AgreementCase{30001, dtype}, 8, 3, 37 + static_cast<int>(dtype));
-    unsetenv("SONIC_CUDA_SPLIT");
-    std::printf("V=30001 split rows 50:1, dtype=%d: %d rows compared, %d near-tie disagreements\n",
+    // Row tails, forced: 4 of the 8 fp32 tiles in chunk 0 (2 of 4 16-bit ones), the last tile partial.
+    const auto [s_compared, s_near_ties] = agreement_run_with("SONIC_CUDA_TAILS", "50:1", AgreementCase{30001, dtype}, 8, 3,
+                                                              37 + static_cast<int>(dtype));
+    std::printf("V=30001 row tails 50:1, dtype=%d: %d rows compared, %d near-tie disagreements\n",
                 static_cast<int>(dtype), s_compared, s_near_ties);
     EXPECT_LE(s_near_ties, s_compared / 20);
   }
@@ -584,9 +590,8 @@ void placements_agree(int32_t V, std::initializer_list<int32_t> batches, int ste
     for (const char* rows : {"0", "100000"})
       for (const int32_t R : batches) {
         SCOPED_TRACE(std::string("separate stage 2 up to ") + rows + " rows, R = " + std::to_string(R));
-        ASSERT_EQ(setenv("SONIC_CUDA_SEPARATE_STAGE2_ROWS", rows, 1), 0);
-        const auto [compared, near_ties] = agreement_run(AgreementCase{V, dtype}, R, steps, 500 + R + V);
-        unsetenv("SONIC_CUDA_SEPARATE_STAGE2_ROWS");
+        const auto [compared, near_ties] =
+            agreement_run_with("SONIC_CUDA_SEPARATE_STAGE2_ROWS", rows, AgreementCase{V, dtype}, R, steps, 500 + R + V);
         std::printf("V=%d stage 2 separate up to %s rows, R=%d dtype=%d: %d rows compared, %d near-tie disagreements\n",
                     V, rows, R, static_cast<int>(dtype), compared, near_ties);
         EXPECT_LE(near_ties, compared / 20);
@@ -608,9 +613,8 @@ TEST(CudaLaunchSwitches, PlainLaunchesAndCarveoutsAgree) {
                          Switch{"SONIC_CUDA_CARVEOUT", "-1,25,0"}})
     for (const int32_t R : {4, 200}) {  // stage 2 in row_stage2_kernel, then in a row's last block
       SCOPED_TRACE(std::string(w.name) + "=" + w.value + ", R = " + std::to_string(R));
-      ASSERT_EQ(setenv(w.name, w.value, 1), 0);
-      const auto [compared, near_ties] = agreement_run(AgreementCase{30001, sonic::DType::kF32}, R, 2, 900 + R);
-      unsetenv(w.name);
+      const auto [compared, near_ties] =
+          agreement_run_with(w.name, w.value, AgreementCase{30001, sonic::DType::kF32}, R, 2, 900 + R);
       std::printf("%s=%s, R=%d: %d rows compared, %d near-tie disagreements\n", w.name, w.value, R, compared, near_ties);
       EXPECT_LE(near_ties, compared / 20);
     }
