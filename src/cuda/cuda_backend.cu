@@ -61,7 +61,17 @@ class CudaBackend final : public SamplerBackend {
     // The fp32 tiling has the most tiles; 16-bit tiles hold twice the tokens and candidates.
     const int64_t tiles32 = (V + cuda::tile_tokens(DType::kF32) - 1) / cuda::tile_tokens(DType::kF32);
     const int64_t tiles16 = (V + cuda::tile_tokens(DType::kBF16) - 1) / cuda::tile_tokens(DType::kBF16);
+    // Row tails (see scratch()), for experiments and tests: "P" keeps P % of each chunk's tiles in
+    // the head of a row with rules (0: no tails), "P:R" also gives rows tails in calls of R rows or
+    // more, where a row may have several chunks.
+    if (const char* env = std::getenv("SONIC_CUDA_TAILS")) {
+      head_percent_ = std::atoi(env);
+      if (const char* colon = std::strchr(env, ':')) tails_min_rows_ = std::atoi(colon + 1);
+    }
     cand_stride_ = std::max(tiles32 * cuda::tile_candidates(DType::kF32), tiles16 * cuda::tile_candidates(DType::kBF16));
+    // Several heads a row (forced only) take regions of equal size, their tails too (row_tails_shape()):
+    // half as much room again.
+    if (tails_min_rows_ >= 0) cand_stride_ = cand_stride_ * 3 / 2;
     SONIC_CUDA_CHECK(cudaMalloc(&z_, rows * V * sizeof(float)));
     SONIC_CUDA_CHECK(cudaMalloc(&stats_, rows * tiles32 * sizeof(cuda::TileStat)));
     SONIC_CUDA_CHECK(cudaMalloc(&cands_, rows * cand_stride_ * sizeof(unsigned long long)));
@@ -97,12 +107,6 @@ class CudaBackend final : public SamplerBackend {
       resident_[static_cast<int>(d)] = sms * std::max(1, cuda::fast_sample_blocks_per_sm(d));
     // A fixed chunk size for experiments and tests (tokens never depend on it).
     if (const char* env = std::getenv("SONIC_CUDA_TILES_PER_CHUNK")) forced_tiles_per_chunk_ = std::atoi(env);
-    // Row tails (see scratch()), for experiments and tests: "P" keeps P % of a row's tiles in its
-    // first chunk (0: no tails), "P:R" also gives rows tails in calls of R rows or more.
-    if (const char* env = std::getenv("SONIC_CUDA_TAILS")) {
-      head_percent_ = std::atoi(env);
-      if (const char* colon = std::strchr(env, ':')) tails_min_rows_ = std::atoi(colon + 1);
-    }
     // Stage 2 in its own kernel for calls of at most this many rows (0: never), for the same.
     if (const char* env = std::getenv("SONIC_CUDA_SEPARATE_STAGE2_ROWS")) forced_separate_rows_ = std::atoi(env);
     // Plain launches in place of programmatic ones when 0, for the same (a kernel then starts once
@@ -177,7 +181,8 @@ class CudaBackend final : public SamplerBackend {
     require_device(logits.data, "logits.data");
     require_device(out.ids, "out.ids");
     require_device(out.values, "out.values");
-    cuda::RowJob job = row_job(logits, nullptr, options);  // of the table only vocab_size is read
+    // Of the table only vocab_size is read; top-k rows have no rules, so no row tails.
+    cuda::RowJob job = row_job(logits, nullptr, options, /*row_tails=*/false);
     job.top_k = cuda::TopKJob{k, out.ids, out.values, out.stride};
     const cudaStream_t stream = static_cast<cudaStream_t>(options.stream);
     job.fast.separate_stage2 = separate_stage2(job);
@@ -281,9 +286,39 @@ class CudaBackend final : public SamplerBackend {
   // heterogeneous 159.5 -> 168.0, and B = 512 127.9 -> 152.9. Two blocks an SM (64 registers, 216
   // bytes of spills; ca525d3's switch, since removed) lost 1-2 us at B <= 128 and won nowhere. A
   // call's shape decides it, never its data.
-  bool separate_stage2(const cuda::RowJob& job) const {
-    if (forced_separate_rows_ >= 0) return job.rows <= forced_separate_rows_;
-    return job.rows <= sms_;
+  bool separate_stage2(const cuda::RowJob& job) const { return separate_stage2(job.rows); }
+  bool separate_stage2(int32_t rows) const {
+    if (forced_separate_rows_ >= 0) return rows <= forced_separate_rows_;
+    return rows <= sms_;
+  }
+
+  // The shape of a call with row tails: `heads` chunks a row (0: none), each of tiles_per_head tiles
+  // (the last one shorter), of which a row with rules keeps tail_first in the head and gives the
+  // rest to its tail. Chunk 2c is head c, chunk 2c + 1 its tail, and chunk k's candidates start at
+  // k * tail_first * tile_candidates in the row's list: a head of a row without tails (a whole
+  // chunk) may run into its own empty tail's region, no further (tail_first >= half a chunk), and
+  // the last region must end within cand_stride_. A head keeps at least two tiles, the steps that
+  // start_chunk issues before the request says how long the head is.
+  struct RowTails {
+    int32_t heads = 0, tiles_per_head = 0, tail_first = 0;
+  };
+  RowTails row_tails_shape(DType dtype, int32_t tiles, int32_t chunks) const {
+    const int64_t tc = cuda::tile_candidates(dtype);
+    for (int32_t wanted = std::min(chunks, cuda::kMaxChunks / 2); wanted >= 1; --wanted) {
+      const int32_t per = (tiles + wanted - 1) / wanted;
+      const int32_t heads = (tiles + per - 1) / per;
+      if (per < 3) continue;
+      int32_t first = std::clamp<int32_t>(per * head_percent_ / 100, 2, per - 1);
+      if (heads > 1) first = std::max(first, (per + 1) / 2);
+      int64_t need = 0;
+      for (int32_t c = 0; c < heads; ++c) {
+        const int32_t len = std::min(per, tiles - c * per);
+        need = std::max(need, (2 * c * first + len) * tc);                                // head, whole chunk
+        need = std::max(need, ((2 * c + 1) * first + std::max(0, len - first)) * tc);  // tail
+      }
+      if (need <= cand_stride_) return RowTails{heads, per, first};
+    }
+    return RowTails{};
   }
 
   // The fast kernel's workspace and shape for a call of `rows` rows of `dtype` logits. As many chunks a
@@ -305,21 +340,22 @@ class CudaBackend final : public SamplerBackend {
                          : resident / std::max<int64_t>(rows, 1);
     chunks = std::clamp<int64_t>(chunks, 1, tiles);
     int32_t tiles_per_chunk = static_cast<int32_t>((tiles + chunks - 1) / chunks);  // evened out
-    // Row tails: where a row is a block's work (one chunk a row), rows with rules (penalties, token
-    // lists, a bitmask: the expensive ones) give their last quarter to a second block, which the
-    // hardware starts on the first SM to free a slot, so that they end nearer the others. H200, V =
+    // Row tails: each chunk of a row with rules (penalties, token lists, a bitmask: the expensive
+    // rows) gives its last quarter to a block of a second grid, which the hardware starts on the
+    // first SM to free a slot, so that such rows end nearer the others (row_tails_shape()). By
+    // default only where a row is a block's work (B > 264 fp32 or bf16 at V = 151936). H200, V =
     // 151936, graph, side by side (docs/perf-notes.md v3.23): the mix fp32 B = 384 / 448 / 512 / 1024
     // 167.3 / 188.0 / 192.9 / 362.0 -> 147.2 / 157.2 / 182.7 / 346.6 us, bf16 181.6 / 202.9 / 213.7 /
-    // 415.7 -> 173.9 / 184.9 / 213.2 / 410.6; homogeneous rows (no tails) +0.6 to +2.0 us. A head of
-    // 75 % beat 60 and 85. Not fp16 by default: its kernel with tails spills (80 bytes of stack, not
-    // 16) and the benchmark does not time fp16.
-    const bool tails = row_tails && forced_tiles_per_chunk_ <= 0 && head_percent_ > 0 && tiles >= 4 &&
-                       (tails_min_rows_ >= 0 ? rows >= tails_min_rows_ : chunks == 1 && dtype != DType::kF16);
-    int32_t tail_first = 0;
-    if (tails) {
-      tail_first = std::clamp<int32_t>(static_cast<int32_t>(tiles * head_percent_ / 100), 2, tiles - 1);
-      tiles_per_chunk = tiles;
-    }
+    // 415.7 -> 173.9 / 184.9 / 213.2 / 410.6; homogeneous rows (no tails) +0.6 to +2.0 us (about 1 us
+    // of it the second grid's completion before the exact kernel's start, v3.24). A head of 75 % beat
+    // 60 and 85. At two or three chunks a row (B = 133-264) tails lost as often as they won (v3.24:
+    // the mix fp32 B = 192 -7 %, B = 256 +6 %, bf16 B = 160 -6 %, B = 256 +7 %, homogeneous +1-2 us).
+    // Not fp16 by default: the benchmark does not time it.
+    const bool tails = row_tails && forced_tiles_per_chunk_ <= 0 && head_percent_ > 0 &&
+                       (tails_min_rows_ >= 0 ? rows >= tails_min_rows_
+                                             : chunks == 1 && !separate_stage2(rows) && dtype != DType::kF16);
+    const RowTails rt = tails ? row_tails_shape(dtype, tiles, static_cast<int32_t>(chunks)) : RowTails{};
+    if (rt.heads > 0) tiles_per_chunk = rt.tiles_per_head;
     const int64_t max_rows = config_.max_rows;
     cuda::FastScratch f{};
     f.stats = stats_;
@@ -332,9 +368,9 @@ class CudaBackend final : public SamplerBackend {
     f.rows_done = counters_ + max_rows + 1;
     f.tiles = tiles;
     f.tiles_per_chunk = tiles_per_chunk;
-    f.chunks = tails ? 2 : (tiles + tiles_per_chunk - 1) / tiles_per_chunk;
-    f.chunk_capacity = (tails ? tail_first : tiles_per_chunk) * cuda::tile_candidates(dtype);
-    f.tail_first = tail_first;
+    f.chunks = rt.heads > 0 ? 2 * rt.heads : (tiles + tiles_per_chunk - 1) / tiles_per_chunk;
+    f.chunk_capacity = (rt.heads > 0 ? rt.tail_first : tiles_per_chunk) * cuda::tile_candidates(dtype);
+    f.tail_first = rt.heads > 0 ? rt.tail_first : 0;
     f.tail_launch = 0;
     f.tails_done = counters_ + max_rows + 2;
     return f;

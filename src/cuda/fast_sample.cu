@@ -62,39 +62,40 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
   extern __shared__ __align__(128) uint4 dynamic_shared[];
   __shared__ Stage1Shared s1;
   __shared__ int last;
-  // (The row tails' grid after the first in the timeline's table.)
-  timeline_enter(Tails && job.fast.tail_launch ? gridDim.x : 0);
+  // (The row tails' grid after the heads' in the timeline's table.)
+  timeline_enter(Tails && job.fast.tail_launch ? gridDim.x * gridDim.y : 0);
   StepSlot<D>* slots = reinterpret_cast<StepSlot<D>*>(reinterpret_cast<char*>(dynamic_shared) + kSlotOffset);
   Stage2Shared<kFastThreads>& s2 = *reinterpret_cast<Stage2Shared<kFastThreads>*>(dynamic_shared);
-  // A grid of a call with row tails is (rows, 1), the second one's blocks being chunks 1; any other is (chunks,
-  // rows): so (rather than rows along x) the mix is 1.5-3.9 us faster at B = 128-256 (perf-notes v3.23).
-  const int32_t r = Tails ? blockIdx.x : blockIdx.y;
-  const int32_t chunk = Tails ? job.fast.tail_launch : static_cast<int32_t>(blockIdx.x);
+  // Grids are (chunks, rows): so (rather than rows along x) the mix is 1.5-3.9 us faster at B = 128-256
+  // (perf-notes v3.23). A call with row tails has two grids of (chunks / 2, rows), the heads (the
+  // even chunks) and then the tails (the odd ones).
+  const int32_t r = blockIdx.y;
+  const int32_t chunk = Tails ? 2 * static_cast<int32_t>(blockIdx.x) + job.fast.tail_launch : static_cast<int32_t>(blockIdx.x);
   const SlotTableView& tab = job.table;
   const int32_t V = tab.vocab_size;
-  if (SONIC_TAILS_EARLY_TRIGGER && Tails && chunk > 0) allow_dependent_launch();
-  // A row's tail (chunk 1) learns whether there is one from the request first: it leaves at once if
-  // the row has none (chunk 0 counted it) or is not valid (chunk 0 reports it). Chunk 0's first
-  // steps are the same either way.
-  if (Tails && chunk > 0) {
+  if (SONIC_TAILS_EARLY_TRIGGER && Tails && job.fast.tail_launch) allow_dependent_launch();
+  // A tail learns whether it has work from the request first: it leaves at once if the row has no
+  // tails or this one is empty (its head counted it) or the row is not valid (chunk 0 reports it).
+  // A head's first steps are the same either way.
+  ChunkRange first_steps = tails_range(job.fast, chunk, false);  // (calls with row tails only)
+  if (Tails && job.fast.tail_launch) {
     if (job.top_k.k > 0) return;  // Sampler::top_k's rows have no rules: no tails
     int32_t s;
     const int32_t* m;
     VerifyRow v;
     if (resolve_call_row(job, r, &s, &m, &v) != kRowOk) return;
     const RowPrologue p = call_row_prologue(job, s, m, v);
-    if (!row_has_tail(job.fast, p)) return;
+    first_steps = tails_range(job.fast, chunk, row_has_tail(job.fast, p));
+    if (first_steps.first == first_steps.end) return;
   }
   // Start the chunk's first copies: their latency overlaps the row's prologue.
   const void* row = static_cast<const char*>(job.logits) + static_cast<int64_t>(r) * job.row_stride * elem_bytes(D);
   const bool vec_ok = (reinterpret_cast<uintptr_t>(row) & 15) == 0;
-  // (A row's tail has passed the test above.)
-  start_chunk<D>(job, Tails && chunk > 0 ? ChunkRange{job.fast.tail_first, job.fast.tiles} : chunk_range(job.fast, chunk),
-                 row, vec_ok, slots);
+  start_chunk<D>(job, Tails ? first_steps : chunk_range(job.fast, chunk), row, vec_ok, slots);
   // row_stage2_kernel's blocks may take their SMs at once (small batches leave most SMs idle) and
   // wait there, so that only the grid's completion separates the two kernels; so may the row tails
-  // (their grid follows the chunks 0).
-  if (!SONIC_LATE_DEPENDENTS && (job.fast.separate_stage2 || (Tails && chunk == 0))) allow_dependent_launch();
+  // (their grid follows the heads).
+  if (!SONIC_LATE_DEPENDENTS && (job.fast.separate_stage2 || (Tails && !job.fast.tail_launch))) allow_dependent_launch();
   if (job.top_k.k > 0) {  // Sampler::top_k: raw logits, no request
     const RowPrologue pro = top_k_prologue();
     const RowKind kind = top_k_row_kind(job.top_k.k);
@@ -148,11 +149,11 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
 template <DType D, bool Tails>
 __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_sample_kernel(RowJob job) {
   fast_sample_block<D, Tails>(job);
-  // The row tails' grid must not complete before the grid of chunks 0 (the kernels after it wait for
-  // it alone): its last block to finish waits for that grid, and only that block.
+  // The row tails' grid must not complete before the heads' grid (the kernels after it wait for it
+  // alone): its last block to finish waits for that grid, and only that block.
   if (Tails && job.fast.tail_launch && threadIdx.x == 0) {
     __threadfence();
-    if (atomicAdd(job.fast.tails_done, 1) == static_cast<int>(gridDim.x) - 1) {
+    if (atomicAdd(job.fast.tails_done, 1) == static_cast<int>(gridDim.x * gridDim.y) - 1) {
       wait_for_prerequisite_grid();
       *job.fast.tails_done = 0;
     }
@@ -165,13 +166,13 @@ void launch(const RowJob& job, bool programmatic, cudaStream_t stream) {
     fast_sample_kernel<D, false><<<dim3(job.fast.chunks, job.rows), kFastThreads, kFastSharedBytes<D>, stream>>>(job);
     return;
   }
-  // Row tails: the chunks 0, then the tails (chunks 1) as a programmatic dependent (the chunks 0
-  // allow it at their start).
-  fast_sample_kernel<D, true><<<dim3(job.rows, 1), kFastThreads, kFastSharedBytes<D>, stream>>>(job);
+  // Row tails: the heads, then the tails as a programmatic dependent (the heads allow it at their
+  // start).
+  const dim3 grid(job.fast.chunks / 2, job.rows);
+  fast_sample_kernel<D, true><<<grid, kFastThreads, kFastSharedBytes<D>, stream>>>(job);
   RowJob tails = job;
   tails.fast.tail_launch = 1;
-  launch_dependent(fast_sample_kernel<D, true>, dim3(job.rows, 1), dim3(kFastThreads), kFastSharedBytes<D>,
-                   programmatic, stream, tails);
+  launch_dependent(fast_sample_kernel<D, true>, grid, dim3(kFastThreads), kFastSharedBytes<D>, programmatic, stream, tails);
 }
 
 // Also allows the kernel its dynamic shared memory (over 48 KB must be asked for) on the current

@@ -67,7 +67,7 @@ struct alignas(16) TileStat {
 
 struct FastScratch {
   TileStat* stats;              // [rows, chunks]
-  unsigned long long* cands;    // [rows, cand_stride]; chunk c writes from c * tiles_per_chunk * tile_candidates
+  unsigned long long* cands;    // [rows, cand_stride]; chunk c writes from c * chunk_capacity
   int64_t cand_stride;
   int32_t* tiles_done;          // [rows] chunks finished (the last one runs stage 2 and resets it)
   int32_t* exact_flags;         // [rows] 1: stage 2 could not settle the row exactly
@@ -78,14 +78,15 @@ struct FastScratch {
   int32_t tiles_per_chunk;
   int32_t chunks;               // ceil(tiles / tiles_per_chunk) <= kMaxChunks
   int32_t chunk_capacity;       // chunk c's candidates start at c * chunk_capacity in the row's list
-  // Row tails (0: none): the call has two chunks a row; a row with rules (RowPrologue::has_rules,
-  // the expensive ones) keeps tiles [0, tail_first) in chunk 0 and gives the rest, its tail, to
-  // chunk 1; any other row is chunk 0 alone (chunk 1 empty). Then chunk_capacity is tail_first *
-  // tile_candidates and tiles_per_chunk is tiles. The chunks 0 are one grid (rows blocks, placed as a
-  // call without tails would be) and the tails a second one (tail_launch = 1), launched as its
+  // Row tails (0: none): the call's chunks alternate heads and tails, chunk 2c being head c of a
+  // row (tiles_per_chunk tiles from tiles_per_chunk * c) and chunk 2c + 1 its tail. A row with rules
+  // (RowPrologue::has_rules, the expensive ones) keeps tail_first tiles of each chunk in the head
+  // and gives the rest to the tail; any other row has its chunks in the heads alone (tails empty).
+  // Then chunk_capacity is tail_first * tile_candidates. The heads are one grid (placed as a call
+  // without tails would be) and the tails a second one (tail_launch = 1), launched as its
   // programmatic dependent: its blocks take the slots that the first grid leaves or frees.
   int32_t tail_first;
-  int32_t tail_launch;          // 1 in the second grid of a call with row tails: its blocks are chunk 1
+  int32_t tail_launch;          // 1 in the second grid of a call with row tails: its blocks are the tails
   int32_t* tails_done;          // [1] that grid's blocks finished (its last one waits for the first grid)
   bool separate_stage2;         // stage 2 in row_stage2_kernel (small batches), not in the last block
 };

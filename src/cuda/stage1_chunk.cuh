@@ -700,15 +700,19 @@ __device__ __forceinline__ ChunkRange chunk_range(const FastScratch& f, int32_t 
   const int32_t first = chunk * f.tiles_per_chunk;
   return ChunkRange{first, min(first + f.tiles_per_chunk, f.tiles)};
 }
-// Whether the row gives its tail to chunk 1 (FastScratch::tail_first): its block of chunk 0 and its
-// block of chunk 1 decide it alike from the row's request.
+// Whether the row gives tails to other blocks (FastScratch::tail_first): its heads and its tails
+// decide it alike from the row's request.
 __device__ __forceinline__ bool row_has_tail(const FastScratch& f, const RowPrologue& pro) {
   return f.tail_first > 0 && pro.has_rules;
 }
-// The chunk's tiles once the row's request is known.
-__device__ __forceinline__ ChunkRange chunk_range(const FastScratch& f, int32_t chunk, const RowPrologue& pro) {
-  if (!row_has_tail(f, pro)) return chunk_range(f, chunk);
-  return chunk == 0 ? ChunkRange{0, f.tail_first} : ChunkRange{f.tail_first, f.tiles};
+// A call with row tails: chunk 2c is head c of the row, which starts at tiles_per_chunk * c whether the
+// row has tails or not (so its first copies go out before the request is read); chunk 2c + 1 is its
+// tail, the rest of those tiles past tail_first of them in a row with tails, and empty otherwise.
+__device__ __forceinline__ ChunkRange tails_range(const FastScratch& f, int32_t chunk, bool has_tail) {
+  const int32_t first = (chunk >> 1) * f.tiles_per_chunk;
+  const int32_t end = min(first + f.tiles_per_chunk, f.tiles);
+  const int32_t split = has_tail ? min(first + f.tail_first, end) : end;
+  return (chunk & 1) ? ChunkRange{split, end} : ChunkRange{first, split};
 }
 template <DType D>
 __device__ __forceinline__ int32_t warp_step_base(int32_t tile) {
@@ -743,7 +747,7 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
   const SlotTableView& tab = job.table;
   const int32_t V = tab.vocab_size;
   const int warp = threadIdx.x >> 5;
-  const ChunkRange cr = Tails ? chunk_range(f, chunk, pro) : chunk_range(f, chunk);
+  const ChunkRange cr = Tails ? tails_range(f, chunk, row_has_tail(f, pro)) : chunk_range(f, chunk);
   const int32_t steps = cr.end - cr.first;
   const uint32_t* mask_row = reinterpret_cast<const uint32_t*>(pro.mask);
   const uint32_t* seen_row = pro.penalised ? tab.hist_bits + static_cast<int64_t>(slot) * tab.words : nullptr;
@@ -843,10 +847,11 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
     t.win_token = win.token;
     t.count = sh.count;
     job.fast.stats[static_cast<int64_t>(r) * f.chunks + chunk] = t;
-    // A row without a tail counts its empty chunk 1 too, with its statistics (that block leaves
-    // without touching either): nothing in it, no raw maximum, no winner.
+    // A head whose tail is empty (a row without tails, or a last chunk no longer than tail_first)
+    // counts it too, with its statistics (that block leaves without touching either): nothing in
+    // it, no raw maximum, no winner.
     int done = 1;
-    if (Tails && !row_has_tail(f, pro)) {
+    if (Tails && !(chunk & 1) && cr.end == min(cr.first + f.tiles_per_chunk, f.tiles)) {
       done = 2;
       TileStat e;  // (field by field: `TileStat e{}` changed the fp16 kernel's allocation)
       e.max_key = 0;
@@ -859,7 +864,7 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
       e.valid = 0;
       e.nan = 0;
       e.count = 0;
-      job.fast.stats[static_cast<int64_t>(r) * f.chunks + 1] = e;
+      job.fast.stats[static_cast<int64_t>(r) * f.chunks + chunk + 1] = e;
     }
     // Publish the chunk's candidates (every warp's, ordered before this by the barrier) and its
     // statistics before counting it as done; the last chunk acquires the others', or

@@ -549,13 +549,16 @@ TEST(CudaChunking, AgreesAtEveryChunkSize) {
   EXPECT_LE(near_ties, compared / 20);
 }
 
-// Row tails (FastScratch::tail_first): rows with rules give their last tiles to a second block,
-// the others leave it empty, so a call mixes rows of one and two chunks. By default at a chunk a row
-// (300 rows), and forced ("P:R", SONIC_CUDA_TAILS) in a small batch, whose stage 2 runs in
-// row_stage2_kernel and counts the empty chunks, with heads of 40-75 %.
+// Row tails (FastScratch::tail_first): each chunk of a row with rules gives its last tiles to a
+// block of its own, the others leave those empty, so a call mixes rows of H and 2H chunks. By
+// default at a chunk a row (300 rows); forced ("P:R", SONIC_CUDA_TAILS) at three and two chunks a
+// row (150 and 200 rows) and in a small batch (many heads a row, the last one's tail empty where the
+// last chunk is short), whose stage 2 runs in row_stage2_kernel and counts the empty chunks, with
+// heads of 40-75 %.
 TEST(CudaChunking, AgreesWithRowTails) {
   for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16})
-    for (const auto& [tails, rows] : {std::pair<const char*, int>{nullptr, 300}, {"60:1", 300}, {"75:1", 16}, {"40:1", 16}}) {
+    for (const auto& [tails, rows] : {std::pair<const char*, int>{nullptr, 300}, {"75:1", 150}, {"75:1", 200}, {"60:1", 300},
+                                      {"75:1", 16}, {"40:1", 16}}) {
       SCOPED_TRACE(std::string("tails ") + (tails ? tails : "default") + ", rows " + std::to_string(rows));
       const auto [compared, near_ties] =
           agreement_run_with("SONIC_CUDA_TAILS", tails, AgreementCase{151936, dtype}, rows, 2, 91 + rows);
@@ -574,7 +577,8 @@ TEST(CudaChunking, SmallVocabularyForcedChunks) {
     std::printf("V=30001 chunks of 3 tiles, dtype=%d: %d rows compared, %d near-tie disagreements\n",
                 static_cast<int>(dtype), compared, near_ties);
     EXPECT_LE(near_ties, compared / 20);
-    // Row tails, forced: 4 of the 8 fp32 tiles in chunk 0 (2 of 4 16-bit ones), the last tile partial.
+    // Row tails, forced: fp32 (8 tiles) three heads of 3, 3 and 2 tiles, of which rows with rules keep
+    // 2 (the last tail empty); 16-bit (4 tiles) one head keeping 2; the last tile partial.
     const auto [s_compared, s_near_ties] = agreement_run_with("SONIC_CUDA_TAILS", "50:1", AgreementCase{30001, dtype}, 8, 3,
                                                               37 + static_cast<int>(dtype));
     std::printf("V=30001 row tails 50:1, dtype=%d: %d rows compared, %d near-tie disagreements\n",
