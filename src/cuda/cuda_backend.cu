@@ -212,9 +212,9 @@ class CudaBackend final : public SamplerBackend {
     require_device(out.top_ids, "out.top_ids");
     require_device(out.top_logprobs, "out.top_logprobs");
 
-    // No row tails in verification yet: its GPU tests stay below the calls that would have them
-    // (perf-notes v3.23), so the path is not tested there.
-    cuda::RowJob job = row_job(logits, &bitmask, options, /*row_tails=*/false);
+    // Row tails in verification only where SONIC_CUDA_TAILS forces them (CudaVerifyTails tests that
+    // path): their cost and gain on verification calls are not measured yet (perf-notes v3.24).
+    cuda::RowJob job = row_job(logits, &bitmask, options, /*row_tails=*/tails_min_rows_ >= 0);
     // Per-row outputs are scratch: the commit turns the row verdicts into the request outputs.
     // Rank and top-N are written per row (by stage 2 or the exact path, as in sampling).
     job.out = cuda::RowOutputs{nullptr,

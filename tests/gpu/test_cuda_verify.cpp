@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -262,6 +263,43 @@ TEST_P(CudaVerify, MatchesReferenceTokenForToken) {
               requests, disagreements);
   EXPECT_EQ(disagreements, 0);
 }
+
+// Row tails in verification, forced (SONIC_CUDA_TAILS=P:R; verification has none by default), with
+// requests with and without rules (penalties, lists, the bitmask) side by side.
+struct TailsCase {
+  int32_t V;
+  DType dtype;
+  int32_t B;
+};
+void verify_tails_agree(std::initializer_list<TailsCase> cases) {
+  for (const TailsCase t : cases) {
+    std::mt19937_64 rng(t.V * 7 + t.B + static_cast<int>(t.dtype));
+    const VerifyCase c = make_case(rng, t.V, t.B, t.dtype);
+    ASSERT_EQ(setenv("SONIC_CUDA_TAILS", "75:1", 1), 0);  // read when the sampler is made
+    Sampler gpu(config(Backend::kCuda, t.V, t.B, c.rows.rows));
+    unsetenv("SONIC_CUDA_TAILS");
+    Sampler cpu(config(Backend::kCpu, t.V, t.B, c.rows.rows));
+    admit_case(c, gpu, cpu);
+    int disagreements = 0;
+    for (int call = 0; call < 2; ++call) {  // the second call reads the state the first committed
+      const sonic::LogprobMode mode = static_cast<sonic::LogprobMode>(call);
+      disagreements += count_disagreements(c, run(gpu, c, mode), run(cpu, c, mode),
+                                           "tails V=" + std::to_string(t.V) + " call " + std::to_string(call));
+    }
+    std::printf("verify tails 75:1 V=%d dtype=%d: %d requests, %d rows, %d disagreements\n", t.V,
+                static_cast<int>(t.dtype), t.B, c.rows.rows, disagreements);
+    EXPECT_EQ(disagreements, 0);
+  }
+}
+
+// About 315 rows, where a row is a block's work as in the sampling calls that have tails by default;
+// a smaller call with several heads a row and stage 2 in row_stage2_kernel.
+TEST(CudaVerifyTails, ForcedTailsMatchReference) {
+  verify_tails_agree({{151936, DType::kF32, 90}, {151936, DType::kBF16, 90}, {32000, DType::kF32, 24}});
+}
+
+// The same at a vocabulary small enough for compute-sanitizer.
+TEST(CudaVerifyTails, SmallVocabulary) { verify_tails_agree({{1000, DType::kF32, 8}, {1000, DType::kBF16, 8}}); }
 
 // A history that fills up part way through a request's emitted tokens: the commit appends them in
 // order until it is full and flags the request's last row kHistoryFull, as the reference does; the
