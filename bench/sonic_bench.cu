@@ -267,7 +267,10 @@ int bench_top_k(const Args& a, FILE* out, const std::string& gpu, cudaStream_t s
 
 // Suite "verify": Sampler::verify on n drafts a request (--drafts, default 1,3,5,7), B requests,
 // cases all-greedy, all-random (one-hot drafts: n-gram style), mixed (greedy, one-hot, dense q,
-// strict), homog-peaked logits, T 0.7 / top-k 50 / top-p 0.9 for random requests. Checked against the
+// strict), homog-peaked logits, T 0.7 / top-k 50 / top-p 0.9 for random requests; and, only when
+// --case names it, mixed-rules: the mixed case with every other request penalised (repetition 1.1,
+// frequency and presence 0.1) over a prompt of 1024 tokens, rows with rules beside rows without (the
+// verification rows' row tails, perf-notes v3.24). Checked against the
 // CPU reference on the first requests, then timed; the lines carry "rows" (B (n + 1)) so that the
 // single-step time of as many rows can be read next to them.
 int bench_verify(const Args& a, FILE* out, const std::string& gpu, cudaStream_t stream) {
@@ -286,9 +289,9 @@ int bench_verify(const Args& a, FILE* out, const std::string& gpu, cudaStream_t 
     sonic::SamplerConfig ccfg = cfg;
     ccfg.backend = sonic::Backend::kCpu;
     sonic::Sampler reference(ccfg);
-    // The cases --case names among these three, or all three.
+    // The cases --case names among these four, or the first three.
     std::vector<std::string> cases;
-    for (const char* c : {"all-greedy", "all-random", "mixed"})
+    for (const char* c : {"all-greedy", "all-random", "mixed", "mixed-rules"})
       if (std::find(a.cases.begin(), a.cases.end(), c) != a.cases.end()) cases.push_back(c);
     if (cases.empty()) cases = {"all-greedy", "all-random", "mixed"};
     for (const std::string& cname : cases) {
@@ -304,11 +307,18 @@ int bench_verify(const Args& a, FILE* out, const std::string& gpu, cudaStream_t 
             p.temperature = kind == 0 ? 0.0f : 0.7f;
             p.top_k = 50;
             p.top_p = 0.9f;
+            std::vector<int32_t> prompt;
+            if (cname == "mixed-rules" && b % 2 == 1) {
+              p.repetition_penalty = 1.1f;
+              p.frequency_penalty = 0.1f;
+              p.presence_penalty = 0.1f;
+              for (int i = 0; i < 1024; ++i) prompt.push_back(static_cast<int32_t>(rng() % V));
+            }
             rules[b] = kind == 2 ? static_cast<int32_t>(sonic::VerifyRule::kDenseDraftProbs)
                        : kind == 3 ? static_cast<int32_t>(sonic::VerifyRule::kStrict)
                                    : static_cast<int32_t>(sonic::VerifyRule::kOneHot);
-            sampler.admit(b, p, nullptr, 0);
-            reference.admit(b, p, nullptr, 0);
+            sampler.admit(b, p, prompt.data(), static_cast<int64_t>(prompt.size()));
+            reference.admit(b, p, prompt.data(), static_cast<int64_t>(prompt.size()));
             cu[b] = b * (n + 1);
             for (int j = 0; j < n; ++j) drafts[b * n + j] = static_cast<int32_t>(rng() % V);
           }
