@@ -36,12 +36,6 @@ constexpr size_t kSlotOffset = SONIC_SLOT_OFFSET;
 #ifndef SONIC_LATE_DEPENDENTS
 #define SONIC_LATE_DEPENDENTS 0
 #endif
-// Experiments only: 1 makes every block of the row tails' grid allow the next kernel's launch at its
-// start, not after its stage 1 or at its exit (that grid's last block exits only after the first
-// grid; perf-notes v3.23's homogeneous cost of calls with row tails, not yet timed).
-#ifndef SONIC_TAILS_EARLY_TRIGGER
-#define SONIC_TAILS_EARLY_TRIGGER 0
-#endif
 static_assert(kSlotOffset % 16 == 0 && kSlotOffset < 128, "the slots' copies need 16-byte alignment");
 template <DType D>
 constexpr size_t kFastSharedBytes =
@@ -73,13 +67,12 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
   const int32_t chunk = Tails ? 2 * static_cast<int32_t>(blockIdx.x) + job.fast.tail_launch : static_cast<int32_t>(blockIdx.x);
   const SlotTableView& tab = job.table;
   const int32_t V = tab.vocab_size;
-  if (SONIC_TAILS_EARLY_TRIGGER && Tails && job.fast.tail_launch) allow_dependent_launch();
   // A tail learns whether it has work from the request first: it leaves at once if the row has no
   // tails or this one is empty (its head counted it) or the row is not valid (chunk 0 reports it).
   // A head's first steps are the same either way.
-  ChunkRange first_steps = tails_range(job.fast, chunk, false);  // (calls with row tails only)
+  ChunkRange first_steps = Tails ? tails_range(job.fast, chunk, false) : ChunkRange{0, 0};
   if (Tails && job.fast.tail_launch) {
-    if (job.top_k.k > 0) return;  // Sampler::top_k's rows have no rules: no tails
+    if (job.top_k.k > 0) return;  // (a guard: Sampler::top_k asks for no tails, its rows having no rules)
     int32_t s;
     const int32_t* m;
     VerifyRow v;
