@@ -37,14 +37,20 @@ struct RowOutputs {
 constexpr int32_t kFastThreads = 128;
 constexpr int32_t kFastWarps = kFastThreads / 32;
 constexpr int32_t kGroupTokens = 32;                   // tokens a lane screens together
-constexpr int32_t kStepLoads = 8;                      // 16-byte loads a lane a step
+// 16-byte loads a lane a step: 8 for fp32; for 16-bit logits SONIC_HALF_STEP_LOADS (8, or 4 for
+// tiles of 4096 tokens like fp32's: an experiment, perf-notes v3.25).
+#ifndef SONIC_HALF_STEP_LOADS
+#define SONIC_HALF_STEP_LOADS 8
+#endif
+__host__ __device__ constexpr int32_t step_loads(DType d) { return d == DType::kF32 ? 8 : SONIC_HALF_STEP_LOADS; }
 constexpr int32_t kGroupCandidates = 3 * 32;           // keys a warp may keep from one group
 constexpr int32_t kMaxChunks = 64;                     // stage 2 merges at most 64 chunks (two a lane)
 constexpr int32_t kMinTileTokens = 4096;               // fp32
 constexpr int32_t kMaxVocab = kMaxChunks * kMinTileTokens;
 
 __host__ __device__ constexpr int32_t elem_bytes(DType d) { return d == DType::kF32 ? 4 : 2; }
-__host__ __device__ constexpr int32_t tile_tokens(DType d) { return kFastWarps * kStepLoads * 32 * (16 / elem_bytes(d)); }
+__host__ __device__ constexpr int32_t tile_tokens(DType d) { return kFastWarps * step_loads(d) * 32 * (16 / elem_bytes(d)); }
+static_assert(tile_tokens(DType::kBF16) >= kMinTileTokens, "kMaxVocab assumes tiles of at least 4096 tokens");
 __host__ __device__ constexpr int32_t tile_candidates(DType d) {  // at most three a lane a group
   return kFastWarps * (tile_tokens(d) / kFastWarps / (32 * kGroupTokens)) * kGroupCandidates;
 }

@@ -718,19 +718,19 @@ template <DType D>
 __device__ __forceinline__ int32_t warp_step_base(int32_t tile) {
   return tile * tile_tokens(D) + (threadIdx.x >> 5) * StepLayout<D>::kStepTokens;
 }
-// The warp's shared-memory slot for its step i (of kFastStages, reused in turn).
+// The warp's shared-memory slot for its step i (of kFastStages<D>, reused in turn).
 template <DType D>
 __device__ __forceinline__ StepSlot<D>& warp_slot(StepSlot<D>* slots, int32_t i) {
-  return slots[(i % kFastStages) * kFastWarps + (threadIdx.x >> 5)];
+  return slots[(i % kFastStages<D>) * kFastWarps + (threadIdx.x >> 5)];
 }
 
-// Starts the copies of the first kFastStages - 1 steps of logits of the chunk's tiles cr (one commit
+// Starts the copies of the first kFastStages<D> - 1 steps of logits of the chunk's tiles cr (one commit
 // group each, empty past the chunk), before the row's request is read where it may be.
 template <DType D>
 __device__ __forceinline__ void start_chunk(const RowJob& job, ChunkRange cr, const void* row, bool vec_ok,
                                             StepSlot<D>* slots) {
 #pragma unroll
-  for (int i = 0; i < kFastStages - 1; ++i) {
+  for (int i = 0; i < kFastStages<D> - 1; ++i) {
     if (cr.first + i < cr.end) issue_logits<D>(row, vec_ok, warp_step_base<D>(cr.first + i), job.table.vocab_size, warp_slot(slots, i));
     copy_async_commit();
   }
@@ -742,7 +742,7 @@ template <DType D, bool Tails>
 __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_t slot, const RowPrologue& pro,
                              const RowKind& k, const void* row, bool vec_ok, StepSlot<D>* slots, Stage1Shared& sh,
                              int* last_flag) {
-  constexpr int kAhead = kFastStages - 1;  // steps in flight while one is screened
+  constexpr int kAhead = kFastStages<D> - 1;  // steps in flight while one is screened
   const FastScratch& f = job.fast;
   const SlotTableView& tab = job.table;
   const int32_t V = tab.vocab_size;
@@ -764,7 +764,7 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
       issue_bitmaps<D, false>(warp_step_base<D>(cr.first + i), mask_row, seen_row, tab.words, warp_slot(slots, i));
   } else {  // every slot keeps the defaults
 #pragma unroll
-    for (int i = 0; i < kFastStages; ++i) issue_bitmaps<D, false>(0, nullptr, nullptr, 0, warp_slot(slots, i));
+    for (int i = 0; i < kFastStages<D>; ++i) issue_bitmaps<D, false>(0, nullptr, nullptr, 0, warp_slot(slots, i));
   }
   ScreenContext c;
   c.job = &job;

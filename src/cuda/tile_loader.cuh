@@ -21,15 +21,21 @@ namespace sonic::cuda {
 #ifndef SONIC_FAST_STAGES
 #define SONIC_FAST_STAGES 3
 #endif
-constexpr int kFastStages = SONIC_FAST_STAGES;  // steps a warp has in shared memory (in flight or being read)
+#ifndef SONIC_HALF_STAGES  // 16-bit logits (6 keeps the bytes in flight with SONIC_HALF_STEP_LOADS=4)
+#define SONIC_HALF_STAGES SONIC_FAST_STAGES
+#endif
+// Steps a warp has in shared memory (in flight or being read).
+template <DType D>
+constexpr int kFastStages = D == DType::kF32 ? SONIC_FAST_STAGES : SONIC_HALF_STAGES;
 
 template <DType D>
 struct StepLayout {
   static constexpr int kElem = elem_bytes(D);
   static constexpr int kWidth = 16 / kElem;                       // tokens a load
-  static constexpr int kGroups = kStepLoads * kWidth / kGroupTokens;
-  static constexpr int kGroupLoads = kStepLoads / kGroups;        // loads a group
-  static constexpr int32_t kStepTokens = 32 * kStepLoads * kWidth;  // a warp's step
+  static constexpr int kLoads = step_loads(D);                    // loads a lane a step
+  static constexpr int kGroups = kLoads * kWidth / kGroupTokens;
+  static constexpr int kGroupLoads = kLoads / kGroups;            // loads a group
+  static constexpr int32_t kStepTokens = 32 * kLoads * kWidth;    // a warp's step
   static constexpr uint32_t kNegInfBits = D == DType::kF32 ? 0xFF800000u : (D == DType::kBF16 ? 0xFF80u : 0xFC00u);
   // Token of register i (0 <= i < 32) of the group from group_base; registers run in increasing
   // token order.
@@ -43,12 +49,12 @@ struct StepLayout {
 // .. + 31), shuffled to their owners when screened.
 template <DType D>
 struct StepSlot {
-  uint4 v[kStepLoads][32];
+  uint4 v[StepLayout<D>::kLoads][32];
   uint32_t mask[StepLayout<D>::kGroups][32];  // grammar bitmask (all ones without one)
   uint32_t seen[StepLayout<D>::kGroups][32];  // history presence bits (zero for rows without penalties)
 };
 template <DType D>
-constexpr size_t kStageBytes = sizeof(StepSlot<D>) * kFastStages * kFastWarps;  // a block's slots
+constexpr size_t kStageBytes = sizeof(StepSlot<D>) * kFastStages<D> * kFastWarps;  // a block's slots
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -101,11 +107,11 @@ __device__ __forceinline__ void issue_logits(const void* row, bool vec_ok, int32
   if (vec_ok && step_base + L::kStepTokens <= V) {  // the common case: the whole step, no checks
     const char* src = static_cast<const char*>(row) + (static_cast<int64_t>(step_base) + lane * L::kWidth) * L::kElem;
 #pragma unroll
-    for (int c = 0; c < kStepLoads; ++c) copy_logits_16(&slot.v[c][lane], src + c * 512);
+    for (int c = 0; c < L::kLoads; ++c) copy_logits_16(&slot.v[c][lane], src + c * 512);
     return;
   }
 #pragma unroll
-  for (int c = 0; c < kStepLoads; ++c) {
+  for (int c = 0; c < L::kLoads; ++c) {
     const int g = c / L::kGroupLoads;
     const int32_t t0 = L::token(step_base + g * 32 * kGroupTokens, lane, (c % L::kGroupLoads) * L::kWidth);
     if (vec_ok && t0 + L::kWidth <= V) {
@@ -181,16 +187,16 @@ __device__ __forceinline__ StepIssueTail read_step_issue_tail(const StepIssue& s
   return StepIssueTail{pointer_from(q.x, q.y), static_cast<int32_t>(q.z)};
 }
 
-// Step j (< s.full_steps) into stage j % kFastStages: eight 16-byte copies a lane.
+// Step j (< s.full_steps) into stage j % kFastStages<D>: kLoads 16-byte copies a lane.
 template <DType D>
 __device__ __forceinline__ void issue_full_step(const StepIssue& s, int32_t j) {
   constexpr int64_t kTileBytes = static_cast<int64_t>(tile_tokens(D)) * StepLayout<D>::kElem;
   constexpr uint32_t kStageStride = static_cast<uint32_t>(sizeof(StepSlot<D>)) * kFastWarps;
   const int lane = threadIdx.x & 31;
   const char* src = s.src + j * kTileBytes + lane * 16;
-  const uint32_t dst = s.dst + static_cast<uint32_t>(j % kFastStages) * kStageStride + lane * 16;
+  const uint32_t dst = s.dst + static_cast<uint32_t>(j % kFastStages<D>) * kStageStride + lane * 16;
 #pragma unroll
-  for (int c = 0; c < kStepLoads; ++c) copy_logits_16_to(dst + c * 512, src + c * 512);
+  for (int c = 0; c < StepLayout<D>::kLoads; ++c) copy_logits_16_to(dst + c * 512, src + c * 512);
 }
 
 // Starts the copies of the step's bitmap words (kAsync: into the open commit group; otherwise plain
