@@ -58,9 +58,13 @@ class CudaBackend final : public SamplerBackend {
     }
     const size_t rows = static_cast<size_t>(config.max_rows);
     const int32_t V = config.vocab_size;
-    // The fp32 tiling has the most tiles; 16-bit tiles hold twice the tokens and candidates.
+    // The fp32 tiling and the short 16-bit steps' have the most tiles (4096 tokens); 16-bit tiles
+    // of full steps hold twice the tokens and candidates.
     const int64_t tiles32 = (V + cuda::tile_tokens(DType::kF32) - 1) / cuda::tile_tokens(DType::kF32);
     const int64_t tiles16 = (V + cuda::tile_tokens(DType::kBF16) - 1) / cuda::tile_tokens(DType::kBF16);
+    const int64_t tiles16_short = (V + cuda::tile_tokens(DType::kBF16, cuda::kShortStepLoads) - 1) /
+                                  cuda::tile_tokens(DType::kBF16, cuda::kShortStepLoads);
+    const int64_t most_tiles = std::max(tiles32, tiles16_short);
     // Row tails (see scratch()), for experiments and tests: "P" keeps P % of each chunk's tiles in
     // the head of a row with rules (0: no tails), "P:R" also gives rows tails in calls of R rows or
     // more, where a row may have several chunks.
@@ -68,12 +72,13 @@ class CudaBackend final : public SamplerBackend {
       head_percent_ = std::atoi(env);
       if (const char* colon = std::strchr(env, ':')) tails_min_rows_ = std::atoi(colon + 1);
     }
-    cand_stride_ = std::max(tiles32 * cuda::tile_candidates(DType::kF32), tiles16 * cuda::tile_candidates(DType::kBF16));
+    cand_stride_ = std::max({tiles32 * cuda::tile_candidates(DType::kF32), tiles16 * cuda::tile_candidates(DType::kBF16),
+                             tiles16_short * cuda::tile_candidates(DType::kBF16, cuda::kShortStepLoads)});
     // Several heads a row (forced only) take regions of equal size, their tails too (row_tails_shape()):
     // half as much room again.
     if (tails_min_rows_ >= 0) cand_stride_ = cand_stride_ * 3 / 2;
     SONIC_CUDA_CHECK(cudaMalloc(&z_, rows * V * sizeof(float)));
-    SONIC_CUDA_CHECK(cudaMalloc(&stats_, rows * tiles32 * sizeof(cuda::TileStat)));
+    SONIC_CUDA_CHECK(cudaMalloc(&stats_, rows * most_tiles * sizeof(cuda::TileStat)));
     SONIC_CUDA_CHECK(cudaMalloc(&cands_, rows * cand_stride_ * sizeof(unsigned long long)));
     // Counters: [0, rows) chunks done per row, then the rows flagged, the exact kernel's blocks done
     // and the row tails' grid's blocks done. Zero between calls: the kernels reset what they
@@ -109,6 +114,8 @@ class CudaBackend final : public SamplerBackend {
     if (const char* env = std::getenv("SONIC_CUDA_TILES_PER_CHUNK")) forced_tiles_per_chunk_ = std::atoi(env);
     // Stage 2 in its own kernel for calls of at most this many rows (0: never), for the same.
     if (const char* env = std::getenv("SONIC_CUDA_SEPARATE_STAGE2_ROWS")) forced_separate_rows_ = std::atoi(env);
+    // Short 16-bit steps for calls of at most this many rows (0: never), for the same.
+    if (const char* env = std::getenv("SONIC_CUDA_SHORT_STEP_ROWS")) short_step_rows_ = std::atoi(env);
     // Plain launches in place of programmatic ones when 0, for the same (a kernel then starts once
     // the one before has completed).
     if (const char* env = std::getenv("SONIC_CUDA_PROGRAMMATIC"))
@@ -331,9 +338,20 @@ class CudaBackend final : public SamplerBackend {
   // 31.8 / 55.8 / 126.2 us, bf16 B = 512 123.9 -> 98.1; heterogeneous fp32 B = 128 116.4 -> 107.6,
   // but heterogeneous bf16 B = 32 46.6 -> 50.7 (its compute-bound screen gains from more warps an SM
   // more than it loses to a partial second wave).
+  //
+  // Small calls of 16-bit logits take short steps (four loads a lane, tiles of 4096 tokens as in
+  // fp32), so that a row has twice the blocks: their screen is compute-bound and a block's tiles one
+  // after the other are on the call's critical path. H200, V = 151936, graph, side by side
+  // (docs/perf-notes.md v3.25): bf16 homogeneous B = 1 / 8 / 16 / 32 22.7 / 23.0 / 25.1 / 26.9 ->
+  // 20.5 / 21.9 / 24.3 / 26.1 us, the mix 13.4 / 28.2 / 30.9 / 40.6 -> 11.7 / 24.1 / 31.4 / 38.6;
+  // B = 64 homogeneous +0.9, the mix -1.5; B = 96-128 within 0.1 / +1.2; B = 256-512 homogeneous
+  // +2.9 (the mix -2.6 / -4.8); fp16 alike. Not with row tails (no kernel of short steps has them).
   cuda::FastScratch scratch(DType dtype, int32_t rows, bool row_tails) const {
     const int32_t V = config_.vocab_size;
-    const int32_t tiles = (V + cuda::tile_tokens(dtype) - 1) / cuda::tile_tokens(dtype);
+    const bool forced_tails = row_tails && tails_min_rows_ >= 0 && rows >= tails_min_rows_ && head_percent_ > 0;
+    const int32_t loads =
+        dtype != DType::kF32 && rows <= short_step_rows_ && !forced_tails ? cuda::kShortStepLoads : cuda::kStepLoads;
+    const int32_t tiles = (V + cuda::tile_tokens(dtype, loads) - 1) / cuda::tile_tokens(dtype, loads);
     const int64_t resident = resident_[static_cast<int>(dtype)];
     int64_t chunks = forced_tiles_per_chunk_ > 0
                          ? (tiles + forced_tiles_per_chunk_ - 1) / forced_tiles_per_chunk_
@@ -353,8 +371,9 @@ class CudaBackend final : public SamplerBackend {
     // Not fp16 by default: the benchmark does not time it.
     const bool tails = row_tails && forced_tiles_per_chunk_ <= 0 && head_percent_ > 0 &&
                        (tails_min_rows_ >= 0 ? rows >= tails_min_rows_
-                                             : chunks == 1 && !separate_stage2(rows) && dtype != DType::kF16);
-    const RowTails rt = tails ? row_tails_shape(dtype, tiles, static_cast<int32_t>(chunks)) : RowTails{};
+                                             : chunks == 1 && !separate_stage2(rows) && dtype != DType::kF16) &&
+                       loads == cuda::kStepLoads;
+    const RowTails rt = tails ? row_tails_shape(dtype, tiles, static_cast<int32_t>(chunks)) : RowTails{};  // (full steps)
     if (rt.heads > 0) tiles_per_chunk = rt.tiles_per_head;
     const int64_t max_rows = config_.max_rows;
     cuda::FastScratch f{};
@@ -369,10 +388,11 @@ class CudaBackend final : public SamplerBackend {
     f.tiles = tiles;
     f.tiles_per_chunk = tiles_per_chunk;
     f.chunks = rt.heads > 0 ? 2 * rt.heads : (tiles + tiles_per_chunk - 1) / tiles_per_chunk;
-    f.chunk_capacity = (rt.heads > 0 ? rt.tail_first : tiles_per_chunk) * cuda::tile_candidates(dtype);
+    f.chunk_capacity = (rt.heads > 0 ? rt.tail_first : tiles_per_chunk) * cuda::tile_candidates(dtype, loads);
     f.tail_first = rt.heads > 0 ? rt.tail_first : 0;
     f.tail_launch = 0;
     f.tails_done = counters_ + max_rows + 2;
+    f.step_loads = loads;
     return f;
   }
 
@@ -385,6 +405,7 @@ class CudaBackend final : public SamplerBackend {
   int32_t forced_tiles_per_chunk_ = 0;
   int32_t head_percent_ = 75, tails_min_rows_ = -1;  // SONIC_CUDA_TAILS
   int32_t forced_separate_rows_ = -1;  // -1: separate_stage2's rule
+  int32_t short_step_rows_ = 32;       // 16-bit calls of at most this many rows take short steps (scratch())
   cuda::TileStat* stats_ = nullptr;
   unsigned long long* cands_ = nullptr;
   int32_t* counters_ = nullptr;

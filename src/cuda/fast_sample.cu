@@ -2,6 +2,8 @@
 // chunk of tiles; the last block of a row to finish runs stage 2 for the row (for small batches
 // row_stage2_kernel does instead, row_stage2.cu). Tile size, chunk size and launch shape depend on V,
 // the dtype and the grid only; results never depend on them.
+#include <vector>
+
 #include "cuda/cuda_check.hpp"
 #include "cuda/dependent_launch.cuh"
 #include "cuda/prologue.cuh"
@@ -24,7 +26,7 @@ namespace {
 // The stage-1 slots and stage 2's workspace share the block's dynamic shared memory (stage 2 starts
 // once every copy has landed).
 // Stage 2 must not need more than stage 1's slots, or fewer blocks would fit an SM.
-static_assert(sizeof(Stage2Shared<kFastThreads>) <= kStageBytes<DType::kF32>, "stage 2's shared memory outgrows the stage-1 slots");
+static_assert(sizeof(Stage2Shared<kFastThreads>) <= kStageBytes<DType::kF32, kStepLoads>, "stage 2's shared memory outgrows the stage-1 slots");
 // Experiments only: the stage-1 slots this many bytes past the 128-byte aligned start of the dynamic
 // shared memory (v3.17 measured 0 against 96; stage1_variants.sh passes -DSONIC_SLOT_OFFSET=N).
 #ifndef SONIC_SLOT_OFFSET
@@ -37,16 +39,20 @@ constexpr size_t kSlotOffset = SONIC_SLOT_OFFSET;
 #define SONIC_LATE_DEPENDENTS 0
 #endif
 static_assert(kSlotOffset % 16 == 0 && kSlotOffset < 128, "the slots' copies need 16-byte alignment");
-template <DType D>
-constexpr size_t kFastSharedBytes =
-    kSlotOffset + (kStageBytes<D> > sizeof(Stage2Shared<kFastThreads>) ? kStageBytes<D> : sizeof(Stage2Shared<kFastThreads>));
+template <DType D, int Loads>
+constexpr size_t kFastSharedBytes = kSlotOffset + (kStageBytes<D, Loads> > sizeof(Stage2Shared<kFastThreads>)
+                                                       ? kStageBytes<D, Loads>
+                                                       : sizeof(Stage2Shared<kFastThreads>));
+// Short 16-bit steps keep the blocks an SM: the same bytes of slots.
+static_assert(kStageBytes<DType::kBF16, kShortStepLoads> == kStageBytes<DType::kBF16, kStepLoads>, "short steps' slots");
 
 // One block's work: its chunk's stage 1, then stage 2 if it is its row's last chunk to finish.
 // Tails: a grid of a call with row tails (FastScratch::tail_first). A template argument, so that
 // calls without them run the kernel as it was: any change to its code moves ptxas's allocation (the
 // tails' logic inlined into one kernel made the 16-bit kernel spill 80 bytes and cost 0.7-1.7 us at
 // B <= 128, where no row has a tail; perf-notes v3.23).
-template <DType D, bool Tails>
+// Loads: 16-byte loads a lane a step (FastScratch::step_loads).
+template <DType D, bool Tails, int Loads>
 __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
   // The stage-1 slots at a 128-byte aligned shared address (the static variables left them 96 bytes
   // past one). Measured side by side, H200, V = 151936, graph (docs/perf-notes.md v3.17):
@@ -58,7 +64,7 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
   __shared__ int last;
   // (The row tails' grid after the heads' in the timeline's table.)
   timeline_enter(Tails && job.fast.tail_launch ? gridDim.x * gridDim.y : 0);
-  StepSlot<D>* slots = reinterpret_cast<StepSlot<D>*>(reinterpret_cast<char*>(dynamic_shared) + kSlotOffset);
+  StepSlot<D, Loads>* slots = reinterpret_cast<StepSlot<D, Loads>*>(reinterpret_cast<char*>(dynamic_shared) + kSlotOffset);
   Stage2Shared<kFastThreads>& s2 = *reinterpret_cast<Stage2Shared<kFastThreads>*>(dynamic_shared);
   // Grids are (chunks, rows): so (rather than rows along x) the mix is 1.5-3.9 us faster at B = 128-256
   // (perf-notes v3.23). A call with row tails has two grids of (chunks / 2, rows), the heads (the
@@ -92,7 +98,7 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
   if (job.top_k.k > 0) {  // Sampler::top_k: raw logits, no request
     const RowPrologue pro = top_k_prologue();
     const RowKind kind = top_k_row_kind(job.top_k.k);
-    if (stage1_chunk<D, Tails>(job, r, chunk, 0, pro, kind, row, vec_ok, slots, s1, &last)) {
+    if (stage1_chunk<D, Tails, Loads>(job, r, chunk, 0, pro, kind, row, vec_ok, slots, s1, &last)) {
       allow_dependent_launch();
       if (!job.fast.separate_stage2) top_k_row(job, r, kind, s2);
     }
@@ -119,7 +125,7 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
   }
   {
     const RowPrologue pro = call_row_prologue(job, slot, mask, w);
-    if (!stage1_chunk<D, Tails>(job, r, chunk, slot, pro, row_kind(pro, job, V), row, vec_ok, slots, s1, &last)) {
+    if (!stage1_chunk<D, Tails, Loads>(job, r, chunk, slot, pro, row_kind(pro, job, V), row, vec_ok, slots, s1, &last)) {
       timeline_mark(kMarkExit);
       return;
     }
@@ -139,9 +145,9 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
   timeline_mark(kMarkExit);
 }
 
-template <DType D, bool Tails>
+template <DType D, bool Tails, int Loads = kStepLoads>
 __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_sample_kernel(RowJob job) {
-  fast_sample_block<D, Tails>(job);
+  fast_sample_block<D, Tails, Loads>(job);
   // The row tails' grid must not complete before the heads' grid (the kernels after it wait for it
   // alone): its last block to finish waits for that grid, and only that block.
   if (Tails && job.fast.tail_launch && threadIdx.x == 0) {
@@ -155,33 +161,45 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
 
 template <DType D>
 void launch(const RowJob& job, bool programmatic, cudaStream_t stream) {
+  constexpr size_t kShared = kFastSharedBytes<D, kStepLoads>;
+  if constexpr (D != DType::kF32) {  // short steps: never with row tails (the backend's scratch())
+    if (job.fast.step_loads == kShortStepLoads) {
+      fast_sample_kernel<D, false, kShortStepLoads>
+          <<<dim3(job.fast.chunks, job.rows), kFastThreads, kFastSharedBytes<D, kShortStepLoads>, stream>>>(job);
+      return;
+    }
+  }
   if (job.fast.tail_first == 0) {
-    fast_sample_kernel<D, false><<<dim3(job.fast.chunks, job.rows), kFastThreads, kFastSharedBytes<D>, stream>>>(job);
+    fast_sample_kernel<D, false><<<dim3(job.fast.chunks, job.rows), kFastThreads, kShared, stream>>>(job);
     return;
   }
   // Row tails: the heads, then the tails as a programmatic dependent (the heads allow it at their
   // start).
   const dim3 grid(job.fast.chunks / 2, job.rows);
-  fast_sample_kernel<D, true><<<grid, kFastThreads, kFastSharedBytes<D>, stream>>>(job);
+  fast_sample_kernel<D, true><<<grid, kFastThreads, kShared, stream>>>(job);
   RowJob tails = job;
   tails.fast.tail_launch = 1;
-  launch_dependent(fast_sample_kernel<D, true>, grid, dim3(kFastThreads), kFastSharedBytes<D>, programmatic, stream, tails);
+  launch_dependent(fast_sample_kernel<D, true>, grid, dim3(kFastThreads), kShared, programmatic, stream, tails);
 }
 
 // Also allows the kernel its dynamic shared memory (over 48 KB must be asked for) on the current
 // device: the backend calls it once, when it is created.
 template <DType D>
 int resident_blocks() {
-  for (const void* kernel : {reinterpret_cast<const void*>(fast_sample_kernel<D, false>),
-                             reinterpret_cast<const void*>(fast_sample_kernel<D, true>)})
-    SONIC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(kFastSharedBytes<D>)));
-  int blocks = 0, tails_blocks = 0;
-  SONIC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fast_sample_kernel<D, false>, kFastThreads,
-                                                                 kFastSharedBytes<D>));
-  SONIC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&tails_blocks, fast_sample_kernel<D, true>,
-                                                                 kFastThreads, kFastSharedBytes<D>));
-  return blocks < tails_blocks ? blocks : tails_blocks;
+  std::vector<const void*> kernels = {reinterpret_cast<const void*>(fast_sample_kernel<D, false>),
+                                      reinterpret_cast<const void*>(fast_sample_kernel<D, true>)};
+  if constexpr (D != DType::kF32)
+    kernels.push_back(reinterpret_cast<const void*>(fast_sample_kernel<D, false, kShortStepLoads>));
+  // (Short steps' slots take the same bytes: the static_assert above.)
+  constexpr size_t kShared = kFastSharedBytes<D, kStepLoads>;
+  int fewest = 0;
+  for (const void* kernel : kernels) {
+    SONIC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kShared)));
+    int blocks = 0;
+    SONIC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kFastThreads, kShared));
+    if (fewest == 0 || blocks < fewest) fewest = blocks;
+  }
+  return fewest;
 }
 
 }  // namespace
@@ -211,7 +229,9 @@ void set_fast_sample_carveout(int percent) {
                              reinterpret_cast<const void*>(fast_sample_kernel<DType::kF16, false>),
                              reinterpret_cast<const void*>(fast_sample_kernel<DType::kF32, true>),
                              reinterpret_cast<const void*>(fast_sample_kernel<DType::kBF16, true>),
-                             reinterpret_cast<const void*>(fast_sample_kernel<DType::kF16, true>)})
+                             reinterpret_cast<const void*>(fast_sample_kernel<DType::kF16, true>),
+                             reinterpret_cast<const void*>(fast_sample_kernel<DType::kBF16, false, kShortStepLoads>),
+                             reinterpret_cast<const void*>(fast_sample_kernel<DType::kF16, false, kShortStepLoads>)})
     SONIC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent));
 }
 

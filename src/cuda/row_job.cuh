@@ -31,28 +31,28 @@ struct RowOutputs {
 // above the largest value any lane of the chunk had to leave out so far (the chunk's running bound).
 // One step of a warp is eight 16-byte loads a lane (4 KB of logits): one group of fp32 tokens, two
 // groups of 16-bit ones. A tile is one step of every warp of a block (16 KB: 4096 fp32 or 8192
-// 16-bit tokens); a block takes a chunk of consecutive tiles of one row and streams them through
+// 16-bit tokens). Small calls of 16-bit logits take steps of four loads (tiles of 4096 tokens, one
+// group a step), so that a row has as many blocks as an fp32 row (FastScratch::step_loads); a block takes a chunk of consecutive tiles of one row and streams them through
 // shared memory with the next steps in flight while it screens the current one. The tiles a chunk
 // takes are chosen per launch (more for larger grids); the sampled tokens never depend on them.
 constexpr int32_t kFastThreads = 128;
 constexpr int32_t kFastWarps = kFastThreads / 32;
 constexpr int32_t kGroupTokens = 32;                   // tokens a lane screens together
-// 16-byte loads a lane a step: 8 for fp32; for 16-bit logits SONIC_HALF_STEP_LOADS (8, or 4 for
-// tiles of 4096 tokens like fp32's: an experiment, perf-notes v3.25).
-#ifndef SONIC_HALF_STEP_LOADS
-#define SONIC_HALF_STEP_LOADS 8
-#endif
-__host__ __device__ constexpr int32_t step_loads(DType d) { return d == DType::kF32 ? 8 : SONIC_HALF_STEP_LOADS; }
+constexpr int32_t kStepLoads = 8;                      // 16-byte loads a lane a step
+constexpr int32_t kShortStepLoads = 4;                 // 16-bit logits in small calls (FastScratch::step_loads)
 constexpr int32_t kGroupCandidates = 3 * 32;           // keys a warp may keep from one group
 constexpr int32_t kMaxChunks = 64;                     // stage 2 merges at most 64 chunks (two a lane)
 constexpr int32_t kMinTileTokens = 4096;               // fp32
 constexpr int32_t kMaxVocab = kMaxChunks * kMinTileTokens;
 
 __host__ __device__ constexpr int32_t elem_bytes(DType d) { return d == DType::kF32 ? 4 : 2; }
-__host__ __device__ constexpr int32_t tile_tokens(DType d) { return kFastWarps * step_loads(d) * 32 * (16 / elem_bytes(d)); }
-static_assert(tile_tokens(DType::kBF16) >= kMinTileTokens, "kMaxVocab assumes tiles of at least 4096 tokens");
-__host__ __device__ constexpr int32_t tile_candidates(DType d) {  // at most three a lane a group
-  return kFastWarps * (tile_tokens(d) / kFastWarps / (32 * kGroupTokens)) * kGroupCandidates;
+// A tile of `loads` loads a lane a step.
+__host__ __device__ constexpr int32_t tile_tokens(DType d, int32_t loads = kStepLoads) {
+  return kFastWarps * loads * 32 * (16 / elem_bytes(d));
+}
+static_assert(tile_tokens(DType::kBF16, kShortStepLoads) == kMinTileTokens, "kMaxVocab assumes tiles of at least 4096 tokens");
+__host__ __device__ constexpr int32_t tile_candidates(DType d, int32_t loads = kStepLoads) {  // at most three a lane a group
+  return kFastWarps * (tile_tokens(d, loads) / kFastWarps / (32 * kGroupTokens)) * kGroupCandidates;
 }
 
 // What stage 1 leaves for stage 2 about one (row, chunk). Keys are packed (value, id) keys of the
@@ -95,6 +95,7 @@ struct FastScratch {
   int32_t tail_launch;          // 1 in the second grid of a call with row tails: its blocks are the tails
   int32_t* tails_done;          // [1] that grid's blocks finished (its last one waits for the first grid)
   bool separate_stage2;         // stage 2 in row_stage2_kernel (small batches), not in the last block
+  int32_t step_loads;           // kStepLoads, or kShortStepLoads for 16-bit logits in small calls
 };
 
 // Sampler::top_k's outputs: when k > 0 the fast kernel runs the top-k of raw logits instead of sampling.

@@ -245,7 +245,7 @@ __device__ __forceinline__ float pick_register(const float (&x)[kGroupTokens], i
 
 // Where register i of group g of the lane sits in the step's slot (a dynamic index into shared
 // memory, where the registers could only be indexed by a tree of selects).
-// (Slot: StepSlot<D> or const StepSlot<D>; the element has the slot's constness.)
+// (Slot: StepSlot<D, Loads> or a const one; the element has the slot's constness.)
 template <DType D, class Slot>
 __device__ __forceinline__ auto* slot_element(Slot& slot, int g, int i) {
   using L = StepLayout<D>;
@@ -255,12 +255,12 @@ __device__ __forceinline__ auto* slot_element(Slot& slot, int g, int i) {
 }
 // Its value: the input logit, or in fp32 the rules' value for a special token once apply_rules has
 // stored it there (set_slot_value; only the lane reads its own pieces).
-template <DType D>
-__device__ __forceinline__ float slot_value(const StepSlot<D>& slot, int g, int i) {
+template <DType D, int Loads>
+__device__ __forceinline__ float slot_value(const StepSlot<D, Loads>& slot, int g, int i) {
   if constexpr (D == DType::kF32) return *reinterpret_cast<const float*>(slot_element<D>(slot, g, i));
   else return decode_half<D>(*reinterpret_cast<const unsigned short*>(slot_element<D>(slot, g, i)));
 }
-__device__ __forceinline__ void set_slot_value(StepSlot<DType::kF32>& slot, int g, int i, float v) {
+__device__ __forceinline__ void set_slot_value(StepSlot<DType::kF32, kStepLoads>& slot, int g, int i, float v) {
   *reinterpret_cast<float*>(slot_element<DType::kF32>(slot, g, i)) = v;
 }
 
@@ -282,8 +282,8 @@ __device__ __forceinline__ void set_slot_value(StepSlot<DType::kF32>& slot, int 
 // Returns the lane's special registers (bit i: register i), the only ones whose x may differ from
 // the input logit among those at or above the bound; `valid_if_clean` counts the valid tokens the
 // rules leave when every input logit was valid (the caller knows whether it was).
-template <DType D>
-__device__ __forceinline__ uint32_t apply_rules(const ScreenContext& c, StepSlot<D>& slot, int g, int32_t base,
+template <DType D, int Loads>
+__device__ __forceinline__ uint32_t apply_rules(const ScreenContext& c, StepSlot<D, Loads>& slot, int g, int32_t base,
                                                 uint32_t bound_hi, SpecialTokens& special_tokens,
                                                 float (&x)[kGroupTokens], int& valid_if_clean) {
   const RowPrologue& pro = *c.pro;
@@ -387,8 +387,8 @@ __device__ __forceinline__ void take_chunk_bound(const ScreenContext& c, LaneScr
 // lane writes its own, reading their values back from the slot (x differs from the input logit
 // only in special registers, which a rare branch picks from x). Returns false, having done nothing,
 // when some lane holds four or more: the rank screen must raise the bound.
-template <DType D>
-__device__ __forceinline__ bool screen_by_bound(const ScreenContext& c, const StepSlot<D>& slot, int g,
+template <DType D, int Loads>
+__device__ __forceinline__ bool screen_by_bound(const ScreenContext& c, const StepSlot<D, Loads>& slot, int g,
                                                 const float (&x)[kGroupTokens], uint32_t special, int32_t base,
                                                 LaneScreen& acc) {
   const int lane = threadIdx.x & 31;
@@ -425,8 +425,8 @@ __device__ __forceinline__ bool screen_by_bound(const ScreenContext& c, const St
 // the group counts 32 valid tokens a lane. Since every logit is a 16-bit value, x >= bv holds
 // exactly when x >= bv rounded up to the format. Returns false, having done nothing, when some lane
 // holds -inf or NaN or four tokens at or above the bound: the full screen takes the group then.
-template <DType D>
-__device__ __forceinline__ bool screen_packed_by_bound(const ScreenContext& c, const StepSlot<D>& slot, int g,
+template <DType D, int Loads>
+__device__ __forceinline__ bool screen_packed_by_bound(const ScreenContext& c, const StepSlot<D, Loads>& slot, int g,
                                                        int32_t base, LaneScreen& acc) {
   using L = StepLayout<D>;
   using Pair = typename std::conditional<D == DType::kBF16, __nv_bfloat162, __half2>::type;
@@ -524,8 +524,8 @@ __device__ __forceinline__ void raise_by_top_k(const ScreenContext& c, int32_t t
 
 // Screens group g of a step (its slot in shared memory, where apply_rules leaves the rules' values
 // of an fp32 group's special tokens): the rules, then what the row kind needs, into the lane's state.
-template <DType D>
-__device__ __forceinline__ void screen_group(const ScreenContext& c, StepSlot<D>& slot, int g, int32_t base,
+template <DType D, int Loads>
+__device__ __forceinline__ void screen_group(const ScreenContext& c, StepSlot<D, Loads>& slot, int g, int32_t base,
                                              SpecialTokens& special_tokens, LaneScreen& acc) {
   using L = StepLayout<D>;
   const RowPrologue& pro = *c.pro;
@@ -714,35 +714,36 @@ __device__ __forceinline__ ChunkRange tails_range(const FastScratch& f, int32_t 
   const int32_t split = has_tail ? min(first + f.tail_first, end) : end;
   return (chunk & 1) ? ChunkRange{split, end} : ChunkRange{first, split};
 }
-template <DType D>
+template <DType D, int Loads>
 __device__ __forceinline__ int32_t warp_step_base(int32_t tile) {
-  return tile * tile_tokens(D) + (threadIdx.x >> 5) * StepLayout<D>::kStepTokens;
+  return tile * tile_tokens(D, Loads) + (threadIdx.x >> 5) * StepShape<D, Loads>::kStepTokens;
 }
-// The warp's shared-memory slot for its step i (of kFastStages<D>, reused in turn).
-template <DType D>
-__device__ __forceinline__ StepSlot<D>& warp_slot(StepSlot<D>* slots, int32_t i) {
-  return slots[(i % kFastStages<D>) * kFastWarps + (threadIdx.x >> 5)];
+// The warp's shared-memory slot for its step i (of kFastStages, reused in turn).
+template <DType D, int Loads>
+__device__ __forceinline__ StepSlot<D, Loads>& warp_slot(StepSlot<D, Loads>* slots, int32_t i) {
+  return slots[(i % kFastStages<Loads>) * kFastWarps + (threadIdx.x >> 5)];
 }
 
-// Starts the copies of the first kFastStages<D> - 1 steps of logits of the chunk's tiles cr (one commit
+// Starts the copies of the first kFastStages - 1 steps of logits of the chunk's tiles cr (one commit
 // group each, empty past the chunk), before the row's request is read where it may be.
-template <DType D>
+template <DType D, int Loads>
 __device__ __forceinline__ void start_chunk(const RowJob& job, ChunkRange cr, const void* row, bool vec_ok,
-                                            StepSlot<D>* slots) {
+                                            StepSlot<D, Loads>* slots) {
 #pragma unroll
-  for (int i = 0; i < kFastStages<D> - 1; ++i) {
-    if (cr.first + i < cr.end) issue_logits<D>(row, vec_ok, warp_step_base<D>(cr.first + i), job.table.vocab_size, warp_slot(slots, i));
+  for (int i = 0; i < kFastStages<Loads> - 1; ++i) {
+    if (cr.first + i < cr.end)
+      issue_logits<D>(row, vec_ok, warp_step_base<D, Loads>(cr.first + i), job.table.vocab_size, warp_slot(slots, i));
     copy_async_commit();
   }
 }
 
 // Stage 1 for chunk `chunk` of row r, whose first steps start_chunk issued. Returns true (in every
 // thread) in the row's last block to finish (never with fast.separate_stage2).
-template <DType D, bool Tails>
+template <DType D, bool Tails, int Loads>
 __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_t slot, const RowPrologue& pro,
-                             const RowKind& k, const void* row, bool vec_ok, StepSlot<D>* slots, Stage1Shared& sh,
+                             const RowKind& k, const void* row, bool vec_ok, StepSlot<D, Loads>* slots, Stage1Shared& sh,
                              int* last_flag) {
-  constexpr int kAhead = kFastStages<D> - 1;  // steps in flight while one is screened
+  constexpr int kAhead = kFastStages<Loads> - 1;  // steps in flight while one is screened
   const FastScratch& f = job.fast;
   const SlotTableView& tab = job.table;
   const int32_t V = tab.vocab_size;
@@ -761,10 +762,10 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
   const bool bitmaps = mask_row || seen_row;
   if (bitmaps) {
     for (int32_t i = 0; i < kAhead && i < steps; ++i)
-      issue_bitmaps<D, false>(warp_step_base<D>(cr.first + i), mask_row, seen_row, tab.words, warp_slot(slots, i));
+      issue_bitmaps<D, false>(warp_step_base<D, Loads>(cr.first + i), mask_row, seen_row, tab.words, warp_slot(slots, i));
   } else {  // every slot keeps the defaults
 #pragma unroll
-    for (int i = 0; i < kFastStages<D>; ++i) issue_bitmaps<D, false>(0, nullptr, nullptr, 0, warp_slot(slots, i));
+    for (int i = 0; i < kFastStages<Loads>; ++i) issue_bitmaps<D, false>(0, nullptr, nullptr, 0, warp_slot(slots, i));
   }
   ScreenContext c;
   c.job = &job;
@@ -775,8 +776,8 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
   c.bound_hi = &sh.bound_hi;
   c.lane_max = sh.lane_max;
   SpecialTokens special;
-  if (pro.has_rules) special.init(tab, pro, warp_step_base<D>(cr.first));
-  if ((threadIdx.x & 31) == 0) sh.issue[warp] = step_issue<D>(row, vec_ok, warp_step_base<D>(cr.first), steps, V, slots);
+  if (pro.has_rules) special.init(tab, pro, warp_step_base<D, Loads>(cr.first));
+  if ((threadIdx.x & 31) == 0) sh.issue[warp] = step_issue<D>(row, vec_ok, warp_step_base<D, Loads>(cr.first), steps, V, slots);
   __syncwarp();
   LaneScreen acc;
   __syncthreads();  // sh.count
@@ -785,24 +786,24 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
     copy_async_wait<kAhead - 1>();  // step i has landed (kAhead + i groups committed so far)
     const int32_t ahead = i + kAhead;
     if (ahead < steps) {  // into the slot that step i - 1 used
-      StepSlot<D>& next = warp_slot(slots, ahead);
+      StepSlot<D, Loads>& next = warp_slot(slots, ahead);
       const StepIssue is = read_step_issue(sh.issue[warp]);
       if (ahead < is.full_steps) {
-        issue_full_step<D>(is, ahead);
+        issue_full_step<D, Loads>(is, ahead);
       } else {  // the row's end or an unaligned row
         const StepIssueTail t = read_step_issue_tail(sh.issue[warp]);
-        issue_logits<D>(t.row, t.vec_ok, warp_step_base<D>(cr.first + ahead), V, next);
+        issue_logits<D>(t.row, t.vec_ok, warp_step_base<D, Loads>(cr.first + ahead), V, next);
       }
-      if (bitmaps) issue_bitmaps<D, true>(warp_step_base<D>(cr.first + ahead), mask_row, seen_row, tab.words, next);
+      if (bitmaps) issue_bitmaps<D, true>(warp_step_base<D, Loads>(cr.first + ahead), mask_row, seen_row, tab.words, next);
     }
     copy_async_commit();
-    StepSlot<D>& cur = warp_slot(slots, i);
+    StepSlot<D, Loads>& cur = warp_slot(slots, i);
     // Not unrolled: one copy of the screen's code for the two groups of a 16-bit step (the 16-bit
     // kernel shrank from 31 K to 25 K instructions; measured on the H200: bf16 -17 % at B = 512,
     // -14 % at B = 128, -2 us at B = 1).
 #pragma unroll 1
-    for (int g = 0; g < StepLayout<D>::kGroups; ++g)
-      screen_group<D>(c, cur, g, warp_step_base<D>(cr.first + i) + g * 32 * kGroupTokens, special, acc);
+    for (int g = 0; g < StepShape<D, Loads>::kGroups; ++g)
+      screen_group<D>(c, cur, g, warp_step_base<D, Loads>(cr.first + i) + g * 32 * kGroupTokens, special, acc);
     // A bound for the steps to come: after each of the first four steps, then every second one
     // (later steps move it less, and the bisection costs about as much as a group's screen).
     // (i % 2, not i & 1: with the latter ptxas spills in the 16-bit kernels.)

@@ -1,7 +1,8 @@
-// How stage 1 reads its logits. A warp step is eight 16-byte loads a lane (4 KB a warp): load c of
-// lane l covers the kWidth tokens at step_base + c * 32 * kWidth + l * kWidth, so each warp-wide load
-// reads 512 contiguous bytes. The lane's tokens split into groups of 32 (one for fp32, two for 16-bit
-// logits); group g is the lane's share of the warp's 1024 consecutive tokens from
+// How stage 1 reads its logits. A warp step is Loads 16-byte loads a lane (kStepLoads = 8: 4 KB a
+// warp; kShortStepLoads = 4 for 16-bit logits in small calls): load c of lane l covers the kWidth
+// tokens at step_base + c * 32 * kWidth + l * kWidth, so each warp-wide load reads 512 contiguous
+// bytes. The lane's tokens split into groups of 32 (one a step for fp32 and short 16-bit steps, two
+// for full 16-bit steps); group g is the lane's share of the warp's 1024 consecutive tokens from
 // step_base + g * 1024.
 //
 // Steps go through shared memory by asynchronous copies (cp.async), kFastStages deep, so that the
@@ -21,21 +22,17 @@ namespace sonic::cuda {
 #ifndef SONIC_FAST_STAGES
 #define SONIC_FAST_STAGES 3
 #endif
-#ifndef SONIC_HALF_STAGES  // 16-bit logits (6 keeps the bytes in flight with SONIC_HALF_STEP_LOADS=4)
-#define SONIC_HALF_STAGES SONIC_FAST_STAGES
-#endif
-// Steps a warp has in shared memory (in flight or being read).
-template <DType D>
-constexpr int kFastStages = D == DType::kF32 ? SONIC_FAST_STAGES : SONIC_HALF_STAGES;
+// Steps a warp has in shared memory (in flight or being read): short steps twice as many, so that
+// the bytes in flight and the shared memory stay the same.
+template <int Loads>
+constexpr int kFastStages = SONIC_FAST_STAGES * kStepLoads / Loads;
 
+// What a group's layout depends on: the element type alone.
 template <DType D>
 struct StepLayout {
   static constexpr int kElem = elem_bytes(D);
   static constexpr int kWidth = 16 / kElem;                       // tokens a load
-  static constexpr int kLoads = step_loads(D);                    // loads a lane a step
-  static constexpr int kGroups = kLoads * kWidth / kGroupTokens;
-  static constexpr int kGroupLoads = kLoads / kGroups;            // loads a group
-  static constexpr int32_t kStepTokens = 32 * kLoads * kWidth;    // a warp's step
+  static constexpr int kGroupLoads = kGroupTokens / kWidth;       // loads a group
   static constexpr uint32_t kNegInfBits = D == DType::kF32 ? 0xFF800000u : (D == DType::kBF16 ? 0xFF80u : 0xFC00u);
   // Token of register i (0 <= i < 32) of the group from group_base; registers run in increasing
   // token order.
@@ -44,17 +41,25 @@ struct StepLayout {
   }
 };
 
+// A step of Loads loads a lane.
+template <DType D, int Loads>
+struct StepShape {
+  static constexpr int kGroups = Loads / StepLayout<D>::kGroupLoads;
+  static constexpr int32_t kStepTokens = 32 * Loads * StepLayout<D>::kWidth;  // a warp's step
+  static_assert(kGroups >= 1 && kGroups * StepLayout<D>::kGroupLoads == Loads, "a step holds whole groups");
+};
+
 // One warp's step in shared memory: the raw logits (load c of lane l at v[c][l]) and the row's
 // bitmap words over the step's tokens (lane l holds word l of each group: tokens group_base + 32 l
 // .. + 31), shuffled to their owners when screened.
-template <DType D>
+template <DType D, int Loads>
 struct StepSlot {
-  uint4 v[StepLayout<D>::kLoads][32];
-  uint32_t mask[StepLayout<D>::kGroups][32];  // grammar bitmask (all ones without one)
-  uint32_t seen[StepLayout<D>::kGroups][32];  // history presence bits (zero for rows without penalties)
+  uint4 v[Loads][32];
+  uint32_t mask[StepShape<D, Loads>::kGroups][32];  // grammar bitmask (all ones without one)
+  uint32_t seen[StepShape<D, Loads>::kGroups][32];  // history presence bits (zero for rows without penalties)
 };
-template <DType D>
-constexpr size_t kStageBytes = sizeof(StepSlot<D>) * kFastStages<D> * kFastWarps;  // a block's slots
+template <DType D, int Loads>
+constexpr size_t kStageBytes = sizeof(StepSlot<D, Loads>) * kFastStages<Loads> * kFastWarps;  // a block's slots
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -100,18 +105,19 @@ __device__ __forceinline__ uint32_t load_one_bits(const void* row, int32_t t) {
 
 // Starts the copies of a step's logits into `slot`: 16-byte asynchronous copies where the row is
 // 16-byte aligned, plain loads and stores otherwise and at the row's end (ids >= V read as -inf).
-template <DType D>
-__device__ __forceinline__ void issue_logits(const void* row, bool vec_ok, int32_t step_base, int32_t V, StepSlot<D>& slot) {
+template <DType D, int Loads>
+__device__ __forceinline__ void issue_logits(const void* row, bool vec_ok, int32_t step_base, int32_t V,
+                                             StepSlot<D, Loads>& slot) {
   using L = StepLayout<D>;
   const int lane = threadIdx.x & 31;
-  if (vec_ok && step_base + L::kStepTokens <= V) {  // the common case: the whole step, no checks
+  if (vec_ok && step_base + StepShape<D, Loads>::kStepTokens <= V) {  // the common case: the whole step, no checks
     const char* src = static_cast<const char*>(row) + (static_cast<int64_t>(step_base) + lane * L::kWidth) * L::kElem;
 #pragma unroll
-    for (int c = 0; c < L::kLoads; ++c) copy_logits_16(&slot.v[c][lane], src + c * 512);
+    for (int c = 0; c < Loads; ++c) copy_logits_16(&slot.v[c][lane], src + c * 512);
     return;
   }
 #pragma unroll
-  for (int c = 0; c < L::kLoads; ++c) {
+  for (int c = 0; c < Loads; ++c) {
     const int g = c / L::kGroupLoads;
     const int32_t t0 = L::token(step_base + g * 32 * kGroupTokens, lane, (c % L::kGroupLoads) * L::kWidth);
     if (vec_ok && t0 + L::kWidth <= V) {
@@ -146,15 +152,14 @@ struct StepIssueTail {
   int32_t vec_ok;
 };
 
-template <DType D>
+template <DType D, int Loads>
 __device__ __forceinline__ StepIssue step_issue(const void* row, bool vec_ok, int32_t base0, int32_t steps, int32_t V,
-                                                StepSlot<D>* slots) {
-  using L = StepLayout<D>;
+                                                StepSlot<D, Loads>* slots) {
   StepIssue s;
-  s.src = static_cast<const char*>(row) + static_cast<int64_t>(base0) * L::kElem;
+  s.src = static_cast<const char*>(row) + static_cast<int64_t>(base0) * StepLayout<D>::kElem;
   s.dst = shared_address(&slots[threadIdx.x >> 5].v[0][0]);
-  const int32_t room = V - L::kStepTokens - base0;  // step j is whole when j * tile_tokens <= room
-  s.full_steps = vec_ok && room >= 0 ? min(steps, room / tile_tokens(D) + 1) : 0;
+  const int32_t room = V - StepShape<D, Loads>::kStepTokens - base0;  // step j is whole when j * tile_tokens <= room
+  s.full_steps = vec_ok && room >= 0 ? min(steps, room / tile_tokens(D, Loads) + 1) : 0;
   s.row = row;
   s.vec_ok = vec_ok;
   s.pad = 0;
@@ -187,27 +192,26 @@ __device__ __forceinline__ StepIssueTail read_step_issue_tail(const StepIssue& s
   return StepIssueTail{pointer_from(q.x, q.y), static_cast<int32_t>(q.z)};
 }
 
-// Step j (< s.full_steps) into stage j % kFastStages<D>: kLoads 16-byte copies a lane.
-template <DType D>
+// Step j (< s.full_steps) into stage j % kFastStages: Loads 16-byte copies a lane.
+template <DType D, int Loads>
 __device__ __forceinline__ void issue_full_step(const StepIssue& s, int32_t j) {
-  constexpr int64_t kTileBytes = static_cast<int64_t>(tile_tokens(D)) * StepLayout<D>::kElem;
-  constexpr uint32_t kStageStride = static_cast<uint32_t>(sizeof(StepSlot<D>)) * kFastWarps;
+  constexpr int64_t kTileBytes = static_cast<int64_t>(tile_tokens(D, Loads)) * StepLayout<D>::kElem;
+  constexpr uint32_t kStageStride = static_cast<uint32_t>(sizeof(StepSlot<D, Loads>)) * kFastWarps;
   const int lane = threadIdx.x & 31;
   const char* src = s.src + j * kTileBytes + lane * 16;
-  const uint32_t dst = s.dst + static_cast<uint32_t>(j % kFastStages<D>) * kStageStride + lane * 16;
+  const uint32_t dst = s.dst + static_cast<uint32_t>(j % kFastStages<Loads>) * kStageStride + lane * 16;
 #pragma unroll
-  for (int c = 0; c < StepLayout<D>::kLoads; ++c) copy_logits_16_to(dst + c * 512, src + c * 512);
+  for (int c = 0; c < Loads; ++c) copy_logits_16_to(dst + c * 512, src + c * 512);
 }
 
 // Starts the copies of the step's bitmap words (kAsync: into the open commit group; otherwise plain
 // loads and stores). A null row: all allowed, none seen.
-template <DType D, bool kAsync>
+template <DType D, bool kAsync, int Loads>
 __device__ __forceinline__ void issue_bitmaps(int32_t step_base, const uint32_t* mask_row, const uint32_t* seen_row,
-                                              int32_t words, StepSlot<D>& slot) {
-  using L = StepLayout<D>;
+                                              int32_t words, StepSlot<D, Loads>& slot) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int g = 0; g < L::kGroups; ++g) {
+  for (int g = 0; g < StepShape<D, Loads>::kGroups; ++g) {
     const int32_t word = (step_base + g * 32 * kGroupTokens) / 32 + lane;
     const bool in = word < words;
     if (mask_row && in) {
@@ -236,7 +240,8 @@ __device__ __forceinline__ float decode_half(uint32_t h) {
 template <DType D>
 struct GroupPiece {
   uint32_t w[4];
-  __device__ __forceinline__ GroupPiece(const StepSlot<D>& slot, int g, int c) {
+  template <int Loads>
+  __device__ __forceinline__ GroupPiece(const StepSlot<D, Loads>& slot, int g, int c) {
     const uint4 q = slot.v[g * StepLayout<D>::kGroupLoads + c][threadIdx.x & 31];
     w[0] = q.x;
     w[1] = q.y;
@@ -246,8 +251,8 @@ struct GroupPiece {
 };
 
 // The lane's 32 registers of group g of a step in shared memory, decoded to fp32.
-template <DType D>
-__device__ __forceinline__ void read_group(const StepSlot<D>& slot, int g, float (&x)[kGroupTokens]) {
+template <DType D, int Loads>
+__device__ __forceinline__ void read_group(const StepSlot<D, Loads>& slot, int g, float (&x)[kGroupTokens]) {
   using L = StepLayout<D>;
 #pragma unroll
   for (int c = 0; c < L::kGroupLoads; ++c) {

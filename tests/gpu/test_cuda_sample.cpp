@@ -587,6 +587,28 @@ TEST(CudaChunking, SmallVocabularyForcedChunks) {
   }
 }
 
+// 16-bit logits take short steps (four loads a lane, tiles of 4096 tokens) in calls of at most 32
+// rows and full steps (eight loads, 8192 tokens) above (FastScratch::step_loads); both, forced
+// either way (SONIC_CUDA_SHORT_STEP_ROWS), give the reference's tokens, at batches on both sides of
+// the rule.
+void step_shapes_agree(int32_t V, std::initializer_list<int32_t> batches, int steps) {
+  for (const sonic::DType dtype : {sonic::DType::kBF16, sonic::DType::kF16})
+    for (const char* rows : {"0", "100000"})
+      for (const int32_t R : batches) {
+        SCOPED_TRACE(std::string("short steps up to ") + rows + " rows, R = " + std::to_string(R));
+        const auto [compared, near_ties] =
+            agreement_run_with("SONIC_CUDA_SHORT_STEP_ROWS", rows, AgreementCase{V, dtype}, R, steps, 700 + R + V);
+        std::printf("V=%d short steps up to %s rows, R=%d dtype=%d: %d rows compared, %d near-tie disagreements\n", V,
+                    rows, R, static_cast<int>(dtype), compared, near_ties);
+        EXPECT_LE(near_ties, compared / 20);
+      }
+}
+
+TEST(CudaStepShape, BothShapesMatchReference) { step_shapes_agree(151936, {16, 200}, 2); }
+
+// The same at a vocabulary small enough for compute-sanitizer, whose last tile is partial.
+TEST(CudaStepShape, SmallVocabulary) { step_shapes_agree(30001, {8}, 2); }
+
 // Stage 2 runs in the last block of a row or, for small batches (at most a row an SM), in
 // row_stage2_kernel (512 threads a row): both placements, forced, give the reference's tokens. A small vocabulary for compute-sanitizer, the benchmark's for the real shapes.
 void placements_agree(int32_t V, std::initializer_list<int32_t> batches, int steps) {
