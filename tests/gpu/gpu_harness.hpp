@@ -8,7 +8,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,6 +21,28 @@
 namespace sonic_gpu {
 
 #define SONIC_TEST_CUDA(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+// Sets an environment variable (null: unsets it) for the object's lifetime, then puts back what
+// was there: the backend's shape switches (README) are read when a sampler is made, so a test makes
+// its sampler inside the scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = std::string(old);
+    if (value) EXPECT_EQ(setenv(name, value, 1), 0) << name;
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_) setenv(name_.c_str(), old_->c_str(), 1);
+    else unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
 
 template <class T>
 class DeviceBuffer {

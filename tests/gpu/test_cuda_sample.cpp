@@ -525,10 +525,8 @@ TEST(CudaExactPath, WideNucleusSmallVocabulary) { wide_nucleus_agrees(1000, {{3,
 // (null: unset), for the backend's shape switches (read when a sampler is created).
 std::pair<int, int> agreement_run_with(const char* var, const char* value, const AgreementCase& c, int32_t R,
                                        int steps, uint64_t seed) {
-  if (value) EXPECT_EQ(setenv(var, value, 1), 0);
-  const auto result = agreement_run(c, R, steps, seed);
-  unsetenv(var);
-  return result;
+  const ScopedEnv env(var, value);
+  return agreement_run(c, R, steps, seed);
 }
 
 // The fast kernel streams chunks of tiles whose size depends on the grid (and can be forced for
@@ -644,11 +642,13 @@ TEST(CudaLaunchSwitches, PlainLaunchesAndCarveoutsAgree) {
       std::printf("%s=%s, R=%d: %d rows compared, %d near-tie disagreements\n", w.name, w.value, R, compared, near_ties);
       EXPECT_LE(near_ties, compared / 20);
     }
-  ASSERT_EQ(setenv("SONIC_CUDA_CARVEOUT", "-1,-1,-1", 1), 0);
-  { sonic::Sampler reset(make_config(sonic::Backend::kCuda, 1000, 1)); }
+  {
+    const ScopedEnv env("SONIC_CUDA_CARVEOUT", "-1,-1,-1");
+    sonic::Sampler reset(make_config(sonic::Backend::kCuda, 1000, 1));
+  }
   for (const char* bad : {"100", "50,50,abc", "101,0,0", "-2,0,0"}) {
     SCOPED_TRACE(bad);
-    ASSERT_EQ(setenv("SONIC_CUDA_CARVEOUT", bad, 1), 0);
+    const ScopedEnv env("SONIC_CUDA_CARVEOUT", bad);
     try {
       sonic::Sampler s(make_config(sonic::Backend::kCuda, 1000, 1));
       ADD_FAILURE() << "no error for SONIC_CUDA_CARVEOUT=" << bad;
@@ -657,7 +657,6 @@ TEST(CudaLaunchSwitches, PlainLaunchesAndCarveoutsAgree) {
       EXPECT_NE(std::string(e.what()).find("SONIC_CUDA_CARVEOUT"), std::string::npos) << e.what();
     }
   }
-  unsetenv("SONIC_CUDA_CARVEOUT");
 }
 
 // SPEC.md section 4: a row's token depends on its logits, its request, seed and step only; not on

@@ -23,6 +23,7 @@ using sonic::Sampler;
 using sonic::SamplerConfig;
 using sonic::TopKOutputs;
 using sonic_gpu::DeviceBuffer;
+using sonic_gpu::ScopedEnv;
 
 const float kInf = std::numeric_limits<float>::infinity();
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -90,9 +91,10 @@ TEST_P(CudaTopK, MatchesReferenceIdForId) {
   for (int32_t k : {1, 50, 128, 1024}) {
     if (k > V) continue;
     SCOPED_TRACE(std::string("separate stage 2 up to ") + separate_rows + " rows");
-    if (setenv("SONIC_CUDA_SEPARATE_STAGE2_ROWS", separate_rows, 1) != 0) FAIL() << "setenv";
-    Sampler gpu(config(Backend::kCuda, V, rows));
-    unsetenv("SONIC_CUDA_SEPARATE_STAGE2_ROWS");
+    Sampler gpu = [&] {
+      const ScopedEnv env("SONIC_CUDA_SEPARATE_STAGE2_ROWS", separate_rows);
+      return Sampler(config(Backend::kCuda, V, rows));
+    }();
     const std::vector<float> x = make_rows(rows, cols, V, k, rng);
     const size_t elem = shape.dtype == DType::kF32 ? 4 : 2;
     std::vector<uint16_t> half;

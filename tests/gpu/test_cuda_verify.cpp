@@ -33,6 +33,7 @@ using sonic::VerifyInputs;
 using sonic::VerifyOutputs;
 using sonic::VerifyRule;
 using sonic_gpu::DeviceBuffer;
+using sonic_gpu::ScopedEnv;
 
 constexpr int32_t kMaxDrafts = 5;
 constexpr int32_t kSparseCap = 16;
@@ -275,9 +276,10 @@ void verify_tails_agree(std::initializer_list<TailsCase> cases) {
   for (const TailsCase t : cases) {
     std::mt19937_64 rng(t.V * 7 + t.B + static_cast<int>(t.dtype));
     const VerifyCase c = make_case(rng, t.V, t.B, t.dtype);
-    ASSERT_EQ(setenv("SONIC_CUDA_TAILS", "75:1", 1), 0);  // read when the sampler is made
-    Sampler gpu(config(Backend::kCuda, t.V, t.B, c.rows.rows));
-    unsetenv("SONIC_CUDA_TAILS");
+    Sampler gpu = [&] {
+      const ScopedEnv env("SONIC_CUDA_TAILS", "75:1");  // read when the sampler is made
+      return Sampler(config(Backend::kCuda, t.V, t.B, c.rows.rows));
+    }();
     Sampler cpu(config(Backend::kCpu, t.V, t.B, c.rows.rows));
     admit_case(c, gpu, cpu);
     int disagreements = 0;
