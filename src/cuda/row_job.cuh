@@ -31,10 +31,11 @@ struct RowOutputs {
 // above the largest value any lane of the chunk had to leave out so far (the chunk's running bound).
 // One step of a warp is eight 16-byte loads a lane (4 KB of logits): one group of fp32 tokens, two
 // groups of 16-bit ones. A tile is one step of every warp of a block (16 KB: 4096 fp32 or 8192
-// 16-bit tokens). Small calls of 16-bit logits take steps of four loads (tiles of 4096 tokens, one
-// group a step), so that a row has as many blocks as an fp32 row (FastScratch::step_loads); a block takes a chunk of consecutive tiles of one row and streams them through
-// shared memory with the next steps in flight while it screens the current one. The tiles a chunk
-// takes are chosen per launch (more for larger grids); the sampled tokens never depend on them.
+// 16-bit tokens). Small calls of 16-bit logits take short steps of four loads (tiles of 4096 tokens,
+// one group a step), so that a row has as many blocks as an fp32 row (FastScratch::step_loads). A
+// block takes a chunk of consecutive tiles of one row and streams them through shared memory with
+// the next steps in flight while it screens the current one. The tiles a chunk takes are chosen per
+// launch (more for larger grids); the sampled tokens never depend on them.
 constexpr int32_t kFastThreads = 128;
 constexpr int32_t kFastWarps = kFastThreads / 32;
 constexpr int32_t kGroupTokens = 32;                   // tokens a lane screens together
@@ -50,7 +51,7 @@ __host__ __device__ constexpr int32_t elem_bytes(DType d) { return d == DType::k
 __host__ __device__ constexpr int32_t tile_tokens(DType d, int32_t loads = kStepLoads) {
   return kFastWarps * loads * 32 * (16 / elem_bytes(d));
 }
-static_assert(tile_tokens(DType::kBF16, kShortStepLoads) == kMinTileTokens, "kMaxVocab assumes tiles of at least 4096 tokens");
+static_assert(tile_tokens(DType::kBF16, kShortStepLoads) == kMinTileTokens, "kMaxVocab counts tiles of kMinTileTokens");
 __host__ __device__ constexpr int32_t tile_candidates(DType d, int32_t loads = kStepLoads) {  // at most three a lane a group
   return kFastWarps * (tile_tokens(d, loads) / kFastWarps / (32 * kGroupTokens)) * kGroupCandidates;
 }

@@ -805,7 +805,8 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
     for (int g = 0; g < StepShape<D, Loads>::kGroups; ++g)
       screen_group<D>(c, cur, g, warp_step_base<D, Loads>(cr.first + i) + g * 32 * kGroupTokens, special, acc);
     // A bound for the steps to come: after each of the first four steps, then every second one
-    // (later steps move it less, and the bisection costs about as much as a group's screen).
+    // (later steps move it less, and the bisection costs about as much as a group's screen). By
+    // steps, not tokens: short 16-bit steps raise it twice as often a token (perf-notes v3.25).
     // (i % 2, not i & 1: with the latter ptxas spills in the 16-bit kernels.)
     if (k.top_k && i + 1 < steps && (i < 4 || (i % 2) == 1)) raise_by_top_k(c, k.top_k, acc);
   }
