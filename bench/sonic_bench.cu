@@ -3,6 +3,7 @@
 // rotated through >= 256 MiB so that no call finds its logits in L2, every configuration checked
 // against the CPU reference before it is timed. One JSON object a line on --out.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -44,7 +45,26 @@ __global__ void fill_logits(T* out, int64_t rows, int32_t V, bool peaked, uint64
         if (static_cast<int32_t>(sonic::detail::random_word(seed, r, 9, k) % V) == t) x += 10.0f;
     }
     if constexpr (sizeof(T) == 4) out[i] = x;
+    else if constexpr (std::is_same<T, __half>::value) out[i] = __float2half(x);
     else out[i] = __float2bfloat16(x);
+  }
+}
+
+// The element type of a --dtype name (fp32, bf16, fp16): false for any other name.
+bool parse_dtype(const std::string& name, sonic::DType* d) {
+  if (name == "fp32") *d = sonic::DType::kF32;
+  else if (name == "bf16") *d = sonic::DType::kBF16;
+  else if (name == "fp16") *d = sonic::DType::kF16;
+  else return false;
+  return true;
+}
+size_t dtype_bytes(sonic::DType d) { return d == sonic::DType::kF32 ? 4 : 2; }
+// `rows` rows of the case's logits in `d` at p.
+void fill_rows(char* p, sonic::DType d, int64_t rows, int32_t V, bool peaked, uint64_t seed) {
+  switch (d) {
+    case sonic::DType::kF32: fill_logits<<<1024, 256>>>(reinterpret_cast<float*>(p), rows, V, peaked, seed); break;
+    case sonic::DType::kBF16: fill_logits<<<1024, 256>>>(reinterpret_cast<__nv_bfloat16*>(p), rows, V, peaked, seed); break;
+    case sonic::DType::kF16: fill_logits<<<1024, 256>>>(reinterpret_cast<__half*>(p), rows, V, peaked, seed); break;
   }
 }
 
@@ -81,6 +101,7 @@ struct Args {
   std::vector<int> batches = {1, 8, 32, 64, 128, 256, 512};
   std::vector<int> vocabs = {128256, 151936, 262144};
   std::vector<std::string> dtypes = {"fp32", "bf16"};
+  bool dtypes_given = false;  // --dtype named them (the verify suite then times those, else fp32)
   std::vector<std::string> cases = {"homog-peaked", "homog-flat", "hetero-peaked", "hetero-flat"};
   int graph_replays = 20;
   std::string suite = "sample";  // or "topk": Sampler::top_k with k = --k; or "verify"
@@ -192,17 +213,15 @@ int bench_top_k(const Args& a, FILE* out, const std::string& gpu, cudaStream_t s
     ccfg.backend = sonic::Backend::kCpu;
     sonic::Sampler reference(ccfg);
     for (const std::string& dtype : a.dtypes) {
-      const size_t elem = dtype == "fp32" ? 4 : 2;
-      const sonic::DType dt = elem == 4 ? sonic::DType::kF32 : sonic::DType::kBF16;
+      sonic::DType dt = sonic::DType::kF32;
+      parse_dtype(dtype, &dt);  // (checked with the options)
+      const size_t elem = dtype_bytes(dt);
       for (int B : a.batches) {
         const size_t bytes = static_cast<size_t>(B) * V * elem;
         const int nbuf = rotating_buffers(bytes);
         char* logits;
         CHECK_CUDA(cudaMalloc(&logits, bytes * nbuf));
-        for (int i = 0; i < nbuf; ++i) {
-          if (elem == 4) fill_logits<<<1024, 256>>>(reinterpret_cast<float*>(logits + i * bytes), B, V, true, 77 + i);
-          else fill_logits<<<1024, 256>>>(reinterpret_cast<__nv_bfloat16*>(logits + i * bytes), B, V, true, 77 + i);
-        }
+        for (int i = 0; i < nbuf; ++i) fill_rows(logits + i * bytes, dt, B, V, true, 77 + i);
         int32_t* ids;
         float* vals;
         CHECK_CUDA(cudaMalloc(&ids, static_cast<size_t>(B) * a.k * 4));
@@ -267,7 +286,8 @@ int bench_top_k(const Args& a, FILE* out, const std::string& gpu, cudaStream_t s
 
 // Suite "verify": Sampler::verify on n drafts a request (--drafts, default 1,3,5,7), B requests,
 // cases all-greedy, all-random (one-hot drafts: n-gram style), mixed (greedy, one-hot, dense q,
-// strict), homog-peaked logits, T 0.7 / top-k 50 / top-p 0.9 for random requests; and, only when
+// strict), homog-peaked logits (fp32, or the types --dtype names), T 0.7 / top-k 50 / top-p 0.9 for
+// random requests; and, only when
 // --case names it, mixed-rules: the mixed case with every other request penalised (repetition 1.1,
 // frequency and presence 0.1) over a prompt of 1024 tokens, rows with rules beside rows without (the
 // verification rows' row tails, perf-notes v3.24). Checked against the
@@ -294,7 +314,12 @@ int bench_verify(const Args& a, FILE* out, const std::string& gpu, cudaStream_t 
     for (const char* c : {"all-greedy", "all-random", "mixed", "mixed-rules"})
       if (std::find(a.cases.begin(), a.cases.end(), c) != a.cases.end()) cases.push_back(c);
     if (cases.empty()) cases = {"all-greedy", "all-random", "mixed"};
+    const std::vector<std::string> dtypes = a.dtypes_given ? a.dtypes : std::vector<std::string>{"fp32"};
+    for (const std::string& dtype : dtypes)
     for (const std::string& cname : cases) {
+      sonic::DType dt = sonic::DType::kF32;
+      parse_dtype(dtype, &dt);  // (checked with the options)
+      const size_t elem = dtype_bytes(dt);
       for (int n : a.drafts) {
         for (int B : a.batches) {
           const int rows = B * (n + 1);
@@ -323,22 +348,22 @@ int bench_verify(const Args& a, FILE* out, const std::string& gpu, cudaStream_t 
             for (int j = 0; j < n; ++j) drafts[b * n + j] = static_cast<int32_t>(rng() % V);
           }
           cu[B] = rows;
-          const size_t bytes = static_cast<size_t>(rows) * V * 4;
+          const size_t bytes = static_cast<size_t>(rows) * V * elem;
           const int nbuf = rotating_buffers(bytes);
           char* logits;
           CHECK_CUDA(cudaMalloc(&logits, bytes * nbuf));
-          for (int i = 0; i < nbuf; ++i) fill_logits<<<1024, 256>>>(reinterpret_cast<float*>(logits + i * bytes), rows, V, true, 77 + i);
+          for (int i = 0; i < nbuf; ++i) fill_rows(logits + i * bytes, dt, rows, V, true, 77 + i);
+          // Buffer 0 on the host: the drafts and the reference's check read it.
+          std::vector<char> h(bytes);
+          CHECK_CUDA(cudaMemcpy(h.data(), logits, bytes, cudaMemcpyDeviceToHost));
           // Draft tokens: the target row's argmax half the time, so that some are accepted.
-          {
-            std::vector<float> h(static_cast<size_t>(rows) * V);
-            CHECK_CUDA(cudaMemcpy(h.data(), logits, h.size() * 4, cudaMemcpyDeviceToHost));
-            for (int b = 0; b < B; ++b)
-              for (int j = 0; j < n; ++j)
-                if (rng() % 2) {
-                  const float* row = h.data() + static_cast<size_t>(b * (n + 1) + j) * V;
-                  drafts[b * n + j] = static_cast<int32_t>(std::max_element(row, row + V) - row);
-                }
-          }
+          for (int b = 0; b < B; ++b)
+            for (int j = 0; j < n; ++j)
+              if (rng() % 2) {
+                const std::vector<float> row =
+                    sonic::ref::row_to_float(h.data() + static_cast<size_t>(b * (n + 1) + j) * V * elem, dt, V);
+                drafts[b * n + j] = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+              }
           // Dense q: uniform over V (the worst case for the residual: every kept token has r > 0).
           std::vector<float> q(static_cast<size_t>(std::max(1, B * n)) * V, 1.0f / static_cast<float>(V));
           int32_t *d_cu, *d_drafts, *d_rules, *d_tokens, *d_acc, *d_status;
@@ -375,7 +400,7 @@ int bench_verify(const Args& a, FILE* out, const std::string& gpu, cudaStream_t 
           opt.stream = stream;
           opt.advance_step = false;  // the timed state stays the checked state
           opt.append_to_history = false;
-          auto view = [&](int i) { return sonic::LogitsView{logits + i * bytes, sonic::DType::kF32, rows, V, V}; };
+          auto view = [&](int i) { return sonic::LogitsView{logits + i * bytes, dt, rows, V, V}; };
           auto call = [&](int i) {
             sampler.verify(view(i), inputs(d_cu, d_drafts, d_rules, d_q), sonic::BitmaskView{}, o, opt);
           };
@@ -388,8 +413,6 @@ int bench_verify(const Args& a, FILE* out, const std::string& gpu, cudaStream_t 
           CHECK_CUDA(cudaMemcpy(got.data(), d_tokens, got.size() * 4, cudaMemcpyDeviceToHost));
           CHECK_CUDA(cudaMemcpy(acc.data(), d_acc, B * 4, cudaMemcpyDeviceToHost));
           {
-            std::vector<float> h(static_cast<size_t>(rows) * V);
-            CHECK_CUDA(cudaMemcpy(h.data(), logits, h.size() * 4, cudaMemcpyDeviceToHost));
             sonic::VerifyOutputs ho;
             ho.tokens = want.data();
             ho.num_accepted = wacc.data();
@@ -400,7 +423,7 @@ int bench_verify(const Args& a, FILE* out, const std::string& gpu, cudaStream_t 
             hopt.append_to_history = false;
             sonic::VerifyInputs hin = inputs(cu.data(), drafts.data(), rules.data(), q.data());
             hin.num_requests = checked;  // the reference is slow: the first requests only
-            reference.verify(sonic::LogitsView{h.data(), sonic::DType::kF32, cu[checked], V, V}, hin,
+            reference.verify(sonic::LogitsView{h.data(), dt, cu[checked], V, V}, hin,
                              sonic::BitmaskView{}, ho, hopt);
           }
           int mism = 0;
@@ -414,11 +437,11 @@ int bench_verify(const Args& a, FILE* out, const std::string& gpu, cudaStream_t 
           else ++failures;
 #if SONIC_TIMELINE
           if (a.timeline > 0 && graph_us > 0)
-            report_timeline(a, cname + " n=" + std::to_string(n) + " V=" + std::to_string(V) + " B=" + std::to_string(B),
+            report_timeline(a, cname + " " + dtype + " n=" + std::to_string(n) + " V=" + std::to_string(V) + " B=" + std::to_string(B),
                             stream, nbuf, call);
 #endif
           const double floor_us = read_floor_us(bytes);
-          std::printf("%-14s n=%d %7d %4d %10.2f %10.2f %9.2f %6.0f%%  %s\n", cname.c_str(), n, V, B, graph_us, eager_us,
+          std::printf("%-14s %-5s n=%d %7d %4d %10.2f %10.2f %9.2f %6.0f%%  %s\n", cname.c_str(), dtype.c_str(), n, V, B, graph_us, eager_us,
                       floor_us, graph_us > 0 ? 100.0 * floor_us / graph_us : 0.0,
                       mism == 0 ? "ok" : mism == 1 ? "ok (1 near-tie)" : ("FAILED(" + std::to_string(mism) + " requests differ)").c_str());
           std::fflush(stdout);
@@ -426,9 +449,9 @@ int bench_verify(const Args& a, FILE* out, const std::string& gpu, cudaStream_t 
             for (const char* mode : {"graph", "eager"})
               std::fprintf(out,
                            "{\"suite\": \"verify\", \"impl\": \"sonic\", \"case\": \"%s\", \"B\": %d, \"drafts\": %d, "
-                           "\"rows\": %d, \"V\": %d, \"dtype\": \"fp32\", \"mode\": \"%s\", \"us\": %.2f, \"floor_us\": %.2f, "
+                           "\"rows\": %d, \"V\": %d, \"dtype\": \"%s\", \"mode\": \"%s\", \"us\": %.2f, \"floor_us\": %.2f, "
                            "\"gpu\": \"%s\", \"commit\": \"%s\", \"date\": \"%s\"}\n",
-                           cname.c_str(), B, n, rows, V, mode, std::string(mode) == "graph" ? graph_us : eager_us, floor_us,
+                           cname.c_str(), B, n, rows, V, dtype.c_str(), mode, std::string(mode) == "graph" ? graph_us : eager_us, floor_us,
                            gpu.c_str(), a.commit.c_str(), a.date.c_str());
           std::fflush(out);
           cudaFree(logits);
@@ -461,7 +484,14 @@ int main(int argc, char** argv) {
     else if (k == "--date") a.date = v;
     else if (k == "--B") { a.batches.clear(); for (auto& s : split(v)) a.batches.push_back(std::stoi(s)); }
     else if (k == "--V") { a.vocabs.clear(); for (auto& s : split(v)) a.vocabs.push_back(std::stoi(s)); }
-    else if (k == "--dtype") a.dtypes = split(v);
+    else if (k == "--dtype") {
+      a.dtypes = split(v);
+      a.dtypes_given = true;
+      for (const std::string& d : a.dtypes) {
+        sonic::DType unused;
+        if (!parse_dtype(d, &unused)) { std::fprintf(stderr, "--dtype: unknown element type '%s' (fp32, bf16 or fp16)\n", d.c_str()); return 2; }
+      }
+    }
     else if (k == "--case") a.cases = split(v);
     else if (k == "--suite") a.suite = v;
     else if (k == "--k") a.k = std::stoi(v);
@@ -498,7 +528,9 @@ int main(int argc, char** argv) {
     cfg.max_history = 4096;
     sonic::Sampler sampler(cfg);
     for (const std::string& dtype : a.dtypes) {
-      const size_t elem = dtype == "fp32" ? 4 : 2;
+      sonic::DType dt = sonic::DType::kF32;
+      parse_dtype(dtype, &dt);  // (checked with the options)
+      const size_t elem = dtype_bytes(dt);
       for (const std::string& cname : a.cases) {
         Case c;
         if (!parse_case(cname, &c)) {
@@ -520,10 +552,7 @@ int main(int argc, char** argv) {
           const int nbuf = rotating_buffers(bytes);
           char* logits;
           CHECK_CUDA(cudaMalloc(&logits, bytes * nbuf));
-          for (int i = 0; i < nbuf; ++i) {
-            if (elem == 4) fill_logits<<<1024, 256>>>(reinterpret_cast<float*>(logits + i * bytes), B, V, c.peaked, 77 + i);
-            else fill_logits<<<1024, 256>>>(reinterpret_cast<__nv_bfloat16*>(logits + i * bytes), B, V, c.peaked, 77 + i);
-          }
+          for (int i = 0; i < nbuf; ++i) fill_rows(logits + i * bytes, dt, B, V, c.peaked, 77 + i);
           CHECK_CUDA(cudaGetLastError());
           int32_t *slots, *tokens, *status, *mask = nullptr, *mask_index = nullptr;
           CHECK_CUDA(cudaMalloc(&slots, B * 4));
@@ -545,7 +574,6 @@ int main(int argc, char** argv) {
             CHECK_CUDA(cudaMemcpy(mask_index, h_mask_index.data(), B * 4, cudaMemcpyHostToDevice));
             bm = sonic::BitmaskView{mask, B, words, words, mask_index};
           }
-          const sonic::DType dt = elem == 4 ? sonic::DType::kF32 : sonic::DType::kBF16;
           auto view = [&](int i) { return sonic::LogitsView{logits + i * bytes, dt, B, V, V}; };
           sonic::SampleOutputs o;
           o.tokens = tokens;
