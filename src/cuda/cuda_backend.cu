@@ -345,7 +345,7 @@ class CudaBackend final : public SamplerBackend {
   // (docs/perf-notes.md v3.25): bf16 homogeneous B = 1 / 8 / 16 / 32 22.7 / 23.0 / 25.1 / 26.9 ->
   // 20.5 / 21.9 / 24.3 / 26.1 us, the mix 13.4 / 28.2 / 30.9 / 40.6 -> 11.7 / 24.1 / 31.4 / 38.6;
   // B = 64 homogeneous +0.9, the mix -1.5; B = 96-128 within 0.1 / +1.2; B = 256-512 homogeneous
-  // +2.9 (the mix -2.6 / -4.8); fp16 alike. Not with row tails (no kernel of short steps has them).
+  // +2.9 (the mix -2.6 / -4.8); fp16 not timed yet. Not with row tails (no kernel of short steps has them).
   cuda::FastScratch scratch(DType dtype, int32_t rows, bool row_tails) const {
     const int32_t V = config_.vocab_size;
     const bool forced_tails = row_tails && tails_min_rows_ >= 0 && rows >= tails_min_rows_ && head_percent_ > 0;
