@@ -76,15 +76,14 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
   // A tail learns whether it has work from the request first: it leaves at once if the row has no
   // tails or this one is empty (its head counted it) or the row is not valid (chunk 0 reports it).
   // A head's first steps are the same either way.
+  // (Sampler::top_k's calls never have tails: launch() gives them none.)
   ChunkRange first_steps = Tails ? tails_range(job.fast, chunk, false) : ChunkRange{0, 0};
+  int32_t tail_slot = 0;
+  const int32_t* tail_mask = nullptr;
+  VerifyRow tail_w;
   if (Tails && job.fast.tail_launch) {
-    if (job.top_k.k > 0) return;  // (a guard: Sampler::top_k asks for no tails, its rows having no rules)
-    int32_t s;
-    const int32_t* m;
-    VerifyRow v;
-    if (resolve_call_row(job, r, &s, &m, &v) != kRowOk) return;
-    const RowPrologue p = call_row_prologue(job, s, m, v);
-    first_steps = tails_range(job.fast, chunk, row_has_tail(job.fast, p));
+    if (resolve_call_row(job, r, &tail_slot, &tail_mask, &tail_w) != kRowOk) return;
+    first_steps = tails_range(job.fast, chunk, row_has_tail(job.fast, call_row_prologue(job, tail_slot, tail_mask, tail_w)));
     if (first_steps.first == first_steps.end) return;
   }
   // Start the chunk's first copies: their latency overlaps the row's prologue.
@@ -108,7 +107,13 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
   int32_t slot;
   const int32_t* mask;
   VerifyRow w;
-  const RowResolution res = resolve_call_row(job, r, &slot, &mask, &w);
+  RowResolution res;
+  if (Tails && job.fast.tail_launch) {  // resolved before its copies, and only an ok row has a tail
+    slot = tail_slot, mask = tail_mask, w = tail_w;
+    res = kRowOk;
+  } else {
+    res = resolve_call_row(job, r, &slot, &mask, &w);
+  }
   if (res != kRowOk) {
     copy_async_wait<0>();  // nothing may still write the block's shared memory when it exits
     if (chunk == 0) {
@@ -169,7 +174,7 @@ void launch(const RowJob& job, bool programmatic, cudaStream_t stream) {
       return;
     }
   }
-  if (job.fast.tail_first == 0) {
+  if (job.fast.tail_first == 0 || job.top_k.k > 0) {  // (top-k rows have no rules, so no tails)
     fast_sample_kernel<D, false><<<dim3(job.fast.chunks, job.rows), kFastThreads, kShared, stream>>>(job);
     return;
   }
@@ -182,18 +187,25 @@ void launch(const RowJob& job, bool programmatic, cudaStream_t stream) {
   launch_dependent(fast_sample_kernel<D, true>, grid, dim3(kFastThreads), kShared, programmatic, stream, tails);
 }
 
-// Also allows the kernel its dynamic shared memory (over 48 KB must be asked for) on the current
-// device: the backend calls it once, when it is created.
+// Every fast kernel of a dtype: with and without row tails, and short steps for 16-bit logits. The
+// occupancy and the carveout below must cover the same list.
 template <DType D>
-int resident_blocks() {
+std::vector<const void*> fast_kernels() {
   std::vector<const void*> kernels = {reinterpret_cast<const void*>(fast_sample_kernel<D, false>),
                                       reinterpret_cast<const void*>(fast_sample_kernel<D, true>)};
   if constexpr (D != DType::kF32)
     kernels.push_back(reinterpret_cast<const void*>(fast_sample_kernel<D, false, kShortStepLoads>));
+  return kernels;
+}
+
+// Also allows the kernel its dynamic shared memory (over 48 KB must be asked for) on the current
+// device: the backend calls it once, when it is created.
+template <DType D>
+int resident_blocks() {
   // (Short steps' slots take the same bytes: the static_assert above.)
   constexpr size_t kShared = kFastSharedBytes<D, kStepLoads>;
   int fewest = 0;
-  for (const void* kernel : kernels) {
+  for (const void* kernel : fast_kernels<D>()) {
     SONIC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kShared)));
     int blocks = 0;
     SONIC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kFastThreads, kShared));
@@ -224,15 +236,9 @@ extern "C" int sonic_timeline_read(int kernel, unsigned long long* out, int bloc
 #endif
 
 void set_fast_sample_carveout(int percent) {
-  for (const void* kernel : {reinterpret_cast<const void*>(fast_sample_kernel<DType::kF32, false>),
-                             reinterpret_cast<const void*>(fast_sample_kernel<DType::kBF16, false>),
-                             reinterpret_cast<const void*>(fast_sample_kernel<DType::kF16, false>),
-                             reinterpret_cast<const void*>(fast_sample_kernel<DType::kF32, true>),
-                             reinterpret_cast<const void*>(fast_sample_kernel<DType::kBF16, true>),
-                             reinterpret_cast<const void*>(fast_sample_kernel<DType::kF16, true>),
-                             reinterpret_cast<const void*>(fast_sample_kernel<DType::kBF16, false, kShortStepLoads>),
-                             reinterpret_cast<const void*>(fast_sample_kernel<DType::kF16, false, kShortStepLoads>)})
-    SONIC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent));
+  for (const auto& kernels : {fast_kernels<DType::kF32>(), fast_kernels<DType::kBF16>(), fast_kernels<DType::kF16>()})
+    for (const void* kernel : kernels)
+      SONIC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent));
 }
 
 void launch_fast_sample(const RowJob& job, bool programmatic, cudaStream_t stream) {
