@@ -345,12 +345,14 @@ class CudaBackend final : public SamplerBackend {
   // (docs/perf-notes.md v3.25): bf16 homogeneous B = 1 / 8 / 16 / 32 22.7 / 23.0 / 25.1 / 26.9 ->
   // 20.5 / 21.9 / 24.3 / 26.1 us, the mix 13.4 / 28.2 / 30.9 / 40.6 -> 11.7 / 24.1 / 31.4 / 38.6;
   // B = 64 homogeneous +0.9, the mix -1.5; B = 96-128 within 0.1 / +1.2; B = 256-512 homogeneous
-  // +2.9 (the mix -2.6 / -4.8); fp16 not timed yet. Not with row tails (no kernel of short steps has them).
+  // +2.9 (the mix -2.6 / -4.8); fp16 alike (v3.26). Not with row tails (no kernel of short steps has them).
   cuda::FastScratch scratch(DType dtype, int32_t rows, bool row_tails) const {
     const int32_t V = config_.vocab_size;
-    const bool forced_tails = row_tails && tails_min_rows_ >= 0 && rows >= tails_min_rows_ && head_percent_ > 0;
+    // Row tails forced by SONIC_CUDA_TAILS take precedence over short steps, which no tails kernel has.
+    const bool tails_allowed = row_tails && forced_tiles_per_chunk_ <= 0 && head_percent_ > 0;
+    const bool tails_forced = tails_allowed && tails_min_rows_ >= 0 && rows >= tails_min_rows_;
     const int32_t loads =
-        dtype != DType::kF32 && rows <= short_step_rows_ && !forced_tails ? cuda::kShortStepLoads : cuda::kStepLoads;
+        dtype != DType::kF32 && rows <= short_step_rows_ && !tails_forced ? cuda::kShortStepLoads : cuda::kStepLoads;
     const int32_t tiles = (V + cuda::tile_tokens(dtype, loads) - 1) / cuda::tile_tokens(dtype, loads);
     const int64_t resident = resident_[static_cast<int>(dtype)];
     int64_t chunks = forced_tiles_per_chunk_ > 0
@@ -368,11 +370,10 @@ class CudaBackend final : public SamplerBackend {
     // of it the second grid's completion before the exact kernel's start, v3.24). A head of 75 % beat
     // 60 and 85. At two or three chunks a row (B = 133-264) tails lost as often as they won (v3.24:
     // the mix fp32 B = 192 -7 %, B = 256 +6 %, bf16 B = 160 -6 %, B = 256 +7 %, homogeneous +1-2 us).
-    // Not fp16 by default: the benchmark does not time it.
-    const bool tails = row_tails && forced_tiles_per_chunk_ <= 0 && head_percent_ > 0 &&
-                       (tails_min_rows_ >= 0 ? rows >= tails_min_rows_
-                                             : chunks == 1 && !separate_stage2(rows) && dtype != DType::kF16) &&
-                       loads == cuda::kStepLoads;
+    // Not fp16 by default: not timed with tails (fp16 was first timed in v3.26, without them).
+    const bool tails = tails_min_rows_ >= 0 ? tails_forced
+                                            : tails_allowed && chunks == 1 && !separate_stage2(rows) &&
+                                                  dtype != DType::kF16 && loads == cuda::kStepLoads;
     const RowTails rt = tails ? row_tails_shape(dtype, tiles, static_cast<int32_t>(chunks)) : RowTails{};  // (full steps)
     if (rt.heads > 0) tiles_per_chunk = rt.tiles_per_head;
     const int64_t max_rows = config_.max_rows;
