@@ -522,11 +522,27 @@ TEST(CudaExactPath, WideNucleusMatchesReference) { wide_nucleus_agrees(151936, {
 TEST(CudaExactPath, WideNucleusSmallVocabulary) { wide_nucleus_agrees(1000, {{3, 6}, {12, 3}}); }
 
 // agreement_run with the environment variable `var` set to `value` while the samplers are made
-// (null: unset), for the backend's shape switches (read when a sampler is created).
-std::pair<int, int> agreement_run_with(const char* var, const char* value, const AgreementCase& c, int32_t R,
-                                       int steps, uint64_t seed) {
-  const ScopedEnv env(var, value);
-  return agreement_run(c, R, steps, seed);
+// (null: unset), for the backend's shape switches (read when a sampler is created): prints the
+// count and expects near-ties only.
+void expect_agreement_with(const char* var, const char* value, const AgreementCase& c, int32_t R, int steps,
+                           uint64_t seed) {
+  SCOPED_TRACE(std::string(var) + "=" + (value ? value : "(unset)") + ", R = " + std::to_string(R));
+  int compared = 0, near_ties = 0;
+  {
+    const ScopedEnv env(var, value);
+    std::tie(compared, near_ties) = agreement_run(c, R, steps, seed);
+  }
+  std::printf("%s=%s, V=%d dtype=%d R=%d: %d rows compared, %d near-tie disagreements\n", var, value ? value : "(unset)",
+              c.V, static_cast<int>(c.dtype), R, compared, near_ties);
+  EXPECT_LE(near_ties, compared / 20);
+}
+
+// Every dtype and batch with `var` forced to each of `values`.
+void switch_agrees(const char* var, std::initializer_list<const char*> values, std::initializer_list<sonic::DType> dtypes,
+                   int32_t V, std::initializer_list<int32_t> batches, int steps, uint64_t seed) {
+  for (const sonic::DType dtype : dtypes)
+    for (const char* value : values)
+      for (const int32_t R : batches) expect_agreement_with(var, value, AgreementCase{V, dtype}, R, steps, seed + R + V);
 }
 
 // The fast kernel streams chunks of tiles whose size depends on the grid (and can be forced for
@@ -534,14 +550,9 @@ std::pair<int, int> agreement_run_with(const char* var, const char* value, const
 // run one batch large enough to get them by default.
 TEST(CudaChunking, AgreesAtEveryChunkSize) {
   for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16})
-    for (const int per_chunk : {2, 7, 16, 38}) {  // 38: a whole row a chunk (fp32, 38 tiles)
-      SCOPED_TRACE("tiles a chunk " + std::to_string(per_chunk));
-      const auto [compared, near_ties] = agreement_run_with("SONIC_CUDA_TILES_PER_CHUNK", std::to_string(per_chunk).c_str(),
-                                                            AgreementCase{151936, dtype}, 16, 3, 77 + per_chunk);
-      std::printf("chunking %d tiles, dtype=%d: %d rows compared, %d near-tie disagreements\n", per_chunk,
-                  static_cast<int>(dtype), compared, near_ties);
-      EXPECT_LE(near_ties, compared / 20);
-    }
+    for (const int per_chunk : {2, 7, 16, 38})  // 38: a whole row a chunk (fp32, 38 tiles)
+      expect_agreement_with("SONIC_CUDA_TILES_PER_CHUNK", std::to_string(per_chunk).c_str(), AgreementCase{151936, dtype},
+                            16, 3, 77 + per_chunk);
   const auto [compared, near_ties] = agreement_run(AgreementCase{151936, sonic::DType::kF32}, 200, 2, 4242);
   std::printf("200 rows, default chunking: %d rows compared, %d near-tie disagreements\n", compared, near_ties);
   EXPECT_LE(near_ties, compared / 20);
@@ -549,39 +560,25 @@ TEST(CudaChunking, AgreesAtEveryChunkSize) {
 
 // Row tails (FastScratch::tail_first): each chunk of a row with rules gives its last tiles to a
 // block of its own, the others leave those empty, so a call mixes rows of H and 2H chunks. By
-// default at a chunk a row (300 rows); forced ("P:R", SONIC_CUDA_TAILS) at three and two chunks a
+// default at a chunk a row (300 rows; fp16 only when forced); forced ("P:R", SONIC_CUDA_TAILS) at three and two chunks a
 // row (150 and 200 rows) and in a small batch (many heads a row, the last one's tail empty where the
 // last chunk is short), whose stage 2 runs in row_stage2_kernel and counts the empty chunks, with
 // heads of 40-75 %.
 TEST(CudaChunking, AgreesWithRowTails) {
-  for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16})
+  for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16, sonic::DType::kF16})
     for (const auto& [tails, rows] : {std::pair<const char*, int>{nullptr, 300}, {"75:1", 150}, {"75:1", 200}, {"60:1", 300},
-                                      {"75:1", 16}, {"40:1", 16}}) {
-      SCOPED_TRACE(std::string("tails ") + (tails ? tails : "default") + ", rows " + std::to_string(rows));
-      const auto [compared, near_ties] =
-          agreement_run_with("SONIC_CUDA_TAILS", tails, AgreementCase{151936, dtype}, rows, 2, 91 + rows);
-      std::printf("tails %s, %d rows, dtype=%d: %d rows compared, %d near-tie disagreements\n",
-                  tails ? tails : "default", rows, static_cast<int>(dtype), compared, near_ties);
-      EXPECT_LE(near_ties, compared / 20);
-    }
+                                      {"75:1", 16}, {"40:1", 16}})
+      expect_agreement_with("SONIC_CUDA_TAILS", tails, AgreementCase{151936, dtype}, rows, 2, 91 + rows);
 }
 
 // The same at a vocabulary small enough for compute-sanitizer: chunks of several tiles, a partial
 // last tile and chunk, every dtype.
 TEST(CudaChunking, SmallVocabularyForcedChunks) {
   for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16, sonic::DType::kF16}) {
-    const auto [compared, near_ties] = agreement_run_with("SONIC_CUDA_TILES_PER_CHUNK", "3", AgreementCase{30001, dtype}, 8,
-                                                          3, 31 + static_cast<int>(dtype));
-    std::printf("V=30001 chunks of 3 tiles, dtype=%d: %d rows compared, %d near-tie disagreements\n",
-                static_cast<int>(dtype), compared, near_ties);
-    EXPECT_LE(near_ties, compared / 20);
+    expect_agreement_with("SONIC_CUDA_TILES_PER_CHUNK", "3", AgreementCase{30001, dtype}, 8, 3, 31 + static_cast<int>(dtype));
     // Row tails, forced: fp32 (8 tiles) three heads of 3, 3 and 2 tiles, of which rows with rules keep
     // 2 (the last tail empty); 16-bit (4 tiles) one head keeping 2; the last tile partial.
-    const auto [s_compared, s_near_ties] = agreement_run_with("SONIC_CUDA_TAILS", "50:1", AgreementCase{30001, dtype}, 8, 3,
-                                                              37 + static_cast<int>(dtype));
-    std::printf("V=30001 row tails 50:1, dtype=%d: %d rows compared, %d near-tie disagreements\n",
-                static_cast<int>(dtype), s_compared, s_near_ties);
-    EXPECT_LE(s_near_ties, s_compared / 20);
+    expect_agreement_with("SONIC_CUDA_TAILS", "50:1", AgreementCase{30001, dtype}, 8, 3, 37 + static_cast<int>(dtype));
   }
 }
 
@@ -589,41 +586,26 @@ TEST(CudaChunking, SmallVocabularyForcedChunks) {
 // rows and full steps (eight loads, 8192 tokens) above (FastScratch::step_loads); both, forced
 // either way (SONIC_CUDA_SHORT_STEP_ROWS), give the reference's tokens, at batches on both sides of
 // the rule.
-void step_shapes_agree(int32_t V, std::initializer_list<int32_t> batches, int steps) {
-  for (const sonic::DType dtype : {sonic::DType::kBF16, sonic::DType::kF16})
-    for (const char* rows : {"0", "100000"})
-      for (const int32_t R : batches) {
-        SCOPED_TRACE(std::string("short steps up to ") + rows + " rows, R = " + std::to_string(R));
-        const auto [compared, near_ties] =
-            agreement_run_with("SONIC_CUDA_SHORT_STEP_ROWS", rows, AgreementCase{V, dtype}, R, steps, 700 + R + V);
-        std::printf("V=%d short steps up to %s rows, R=%d dtype=%d: %d rows compared, %d near-tie disagreements\n", V,
-                    rows, R, static_cast<int>(dtype), compared, near_ties);
-        EXPECT_LE(near_ties, compared / 20);
-      }
+constexpr auto kSixteenBit = {sonic::DType::kBF16, sonic::DType::kF16};
+TEST(CudaStepShape, BothShapesMatchReference) {
+  switch_agrees("SONIC_CUDA_SHORT_STEP_ROWS", {"0", "100000"}, kSixteenBit, 151936, {16, 200}, 2, 700);
 }
-
-TEST(CudaStepShape, BothShapesMatchReference) { step_shapes_agree(151936, {16, 200}, 2); }
 
 // The same at a vocabulary small enough for compute-sanitizer, whose last tile is partial.
-TEST(CudaStepShape, SmallVocabulary) { step_shapes_agree(30001, {8}, 2); }
-
-// Stage 2 runs in the last block of a row or, for small batches (at most a row an SM), in
-// row_stage2_kernel (512 threads a row): both placements, forced, give the reference's tokens. A small vocabulary for compute-sanitizer, the benchmark's for the real shapes.
-void placements_agree(int32_t V, std::initializer_list<int32_t> batches, int steps) {
-  for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16})
-    for (const char* rows : {"0", "100000"})
-      for (const int32_t R : batches) {
-        SCOPED_TRACE(std::string("separate stage 2 up to ") + rows + " rows, R = " + std::to_string(R));
-        const auto [compared, near_ties] =
-            agreement_run_with("SONIC_CUDA_SEPARATE_STAGE2_ROWS", rows, AgreementCase{V, dtype}, R, steps, 500 + R + V);
-        std::printf("V=%d stage 2 separate up to %s rows, R=%d dtype=%d: %d rows compared, %d near-tie disagreements\n",
-                    V, rows, R, static_cast<int>(dtype), compared, near_ties);
-        EXPECT_LE(near_ties, compared / 20);
-      }
+TEST(CudaStepShape, SmallVocabulary) {
+  switch_agrees("SONIC_CUDA_SHORT_STEP_ROWS", {"0", "100000"}, kSixteenBit, 30001, {8}, 2, 700);
 }
 
-TEST(CudaStage2Placement, LastBlockAndRowKernelAgree) { placements_agree(151936, {4, 16}, 3); }
-TEST(CudaStage2Placement, SmallVocabulary) { placements_agree(30001, {6}, 2); }
+// Stage 2 runs in the last block of a row or, for small batches (at most a row an SM), in
+// row_stage2_kernel (512 threads a row): both placements, forced, give the reference's tokens. A
+// small vocabulary for compute-sanitizer, the benchmark's for the real shapes.
+constexpr auto kFp32AndBf16 = {sonic::DType::kF32, sonic::DType::kBF16};
+TEST(CudaStage2Placement, LastBlockAndRowKernelAgree) {
+  switch_agrees("SONIC_CUDA_SEPARATE_STAGE2_ROWS", {"0", "100000"}, kFp32AndBf16, 151936, {4, 16}, 3, 500);
+}
+TEST(CudaStage2Placement, SmallVocabulary) {
+  switch_agrees("SONIC_CUDA_SEPARATE_STAGE2_ROWS", {"0", "100000"}, kFp32AndBf16, 30001, {6}, 2, 500);
+}
 
 // The launch switches for experiments (README) change no token: plain launches in place of
 // programmatic ones, and the kernels' preferred shared-memory carveouts (kernel attributes, so the
@@ -635,13 +617,8 @@ TEST(CudaLaunchSwitches, PlainLaunchesAndCarveoutsAgree) {
   };
   for (const Switch w : {Switch{"SONIC_CUDA_PROGRAMMATIC", "0"}, Switch{"SONIC_CUDA_CARVEOUT", "100,100,100"},
                          Switch{"SONIC_CUDA_CARVEOUT", "-1,25,0"}})
-    for (const int32_t R : {4, 200}) {  // stage 2 in row_stage2_kernel, then in a row's last block
-      SCOPED_TRACE(std::string(w.name) + "=" + w.value + ", R = " + std::to_string(R));
-      const auto [compared, near_ties] =
-          agreement_run_with(w.name, w.value, AgreementCase{30001, sonic::DType::kF32}, R, 2, 900 + R);
-      std::printf("%s=%s, R=%d: %d rows compared, %d near-tie disagreements\n", w.name, w.value, R, compared, near_ties);
-      EXPECT_LE(near_ties, compared / 20);
-    }
+    for (const int32_t R : {4, 200})  // stage 2 in row_stage2_kernel, then in a row's last block
+      expect_agreement_with(w.name, w.value, AgreementCase{30001, sonic::DType::kF32}, R, 2, 900 + R);
   {
     const ScopedEnv env("SONIC_CUDA_CARVEOUT", "-1,-1,-1");
     sonic::Sampler reset(make_config(sonic::Backend::kCuda, 1000, 1));
