@@ -493,7 +493,13 @@ int main(int argc, char** argv) {
       }
     }
     else if (k == "--case") a.cases = split(v);
-    else if (k == "--suite") a.suite = v;
+    else if (k == "--suite") {
+      if (v != "sample" && v != "topk" && v != "verify") {
+        std::fprintf(stderr, "--suite: unknown suite '%s' (sample, topk or verify)\n", v.c_str());
+        return 2;
+      }
+      a.suite = v;
+    }
     else if (k == "--k") a.k = std::stoi(v);
     else if (k == "--drafts") { a.drafts.clear(); for (auto& x : split(v)) a.drafts.push_back(std::stoi(x)); }
     else if (k == "--timeline") a.timeline = std::stoi(v);
