@@ -370,10 +370,11 @@ class CudaBackend final : public SamplerBackend {
     // of it the second grid's completion before the exact kernel's start, v3.24). A head of 75 % beat
     // 60 and 85. At two or three chunks a row (B = 133-264) tails lost as often as they won (v3.24:
     // the mix fp32 B = 192 -7 %, B = 256 +6 %, bf16 B = 160 -6 %, B = 256 +7 %, homogeneous +1-2 us).
-    // Not fp16 by default: not timed with tails (fp16 was first timed in v3.26, without them).
+    // fp16 alike (v3.26): the mix B = 320 / 384 / 448 / 512 168.9 / 174.2 / 194.8 / 204.6 -> 155.6 /
+    // 171.2 / 180.9 / 208.1 us, homogeneous within 0.6.
     const bool tails = tails_min_rows_ >= 0 ? tails_forced
                                             : tails_allowed && chunks == 1 && !separate_stage2(rows) &&
-                                                  dtype != DType::kF16 && loads == cuda::kStepLoads;
+                                                  loads == cuda::kStepLoads;
     const RowTails rt = tails ? row_tails_shape(dtype, tiles, static_cast<int32_t>(chunks)) : RowTails{};  // (full steps)
     if (rt.heads > 0) tiles_per_chunk = rt.tiles_per_head;
     const int64_t max_rows = config_.max_rows;

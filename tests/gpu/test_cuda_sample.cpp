@@ -560,7 +560,7 @@ TEST(CudaChunking, AgreesAtEveryChunkSize) {
 
 // Row tails (FastScratch::tail_first): each chunk of a row with rules gives its last tiles to a
 // block of its own, the others leave those empty, so a call mixes rows of H and 2H chunks. By
-// default at a chunk a row (300 rows; fp16 only when forced); forced ("P:R", SONIC_CUDA_TAILS) at three and two chunks a
+// default at a chunk a row (300 rows); forced ("P:R", SONIC_CUDA_TAILS) at three and two chunks a
 // row (150 and 200 rows) and in a small batch (many heads a row, the last one's tail empty where the
 // last chunk is short), whose stage 2 runs in row_stage2_kernel and counts the empty chunks, with
 // heads of 40-75 %.
