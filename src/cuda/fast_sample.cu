@@ -73,19 +73,24 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
   const int32_t chunk = Tails ? 2 * static_cast<int32_t>(blockIdx.x) + job.fast.tail_launch : static_cast<int32_t>(blockIdx.x);
   const SlotTableView& tab = job.table;
   const int32_t V = tab.vocab_size;
-  // A tail learns whether it has work from the request first: it leaves at once if the row has no
-  // tails or this one is empty (its head counted it) or the row is not valid (chunk 0 reports it).
-  // A head's first steps are the same either way.
-  // (Sampler::top_k's calls never have tails: launch() gives them none.)
+  // A block resolves its row before its first copies, whose traffic the loads would otherwise queue
+  // behind (perf-notes v3.26 items 5 and 7). A tail must anyway, to learn whether it has work: it
+  // leaves at once if the row has no tails or this one is empty (its head counted it) or the row is
+  // not valid (chunk 0 reports it); a head's first steps are the same either way. (Sampler::top_k's
+  // calls have no request, nor tails: launch() gives them none.) Verification rows resolve after
+  // their copies: their VerifyRow, live across them, made ptxas spill.
   ChunkRange first_steps = Tails ? tails_range(job.fast, chunk, false) : ChunkRange{0, 0};
-  int32_t tail_slot = 0;
-  const int32_t* tail_mask = nullptr;
-  VerifyRow tail_w;
+  int32_t first_slot = 0;
+  const int32_t* first_mask = nullptr;
+  VerifyRow first_w;
   if (Tails && job.fast.tail_launch) {
-    if (resolve_call_row(job, r, &tail_slot, &tail_mask, &tail_w) != kRowOk) return;
-    first_steps = tails_range(job.fast, chunk, row_has_tail(job.fast, call_row_prologue(job, tail_slot, tail_mask, tail_w)));
+    if (resolve_call_row(job, r, &first_slot, &first_mask, &first_w) != kRowOk) return;
+    first_steps = tails_range(job.fast, chunk, row_has_tail(job.fast, call_row_prologue(job, first_slot, first_mask, first_w)));
     if (first_steps.first == first_steps.end) return;
   }
+  const bool resolved_first = !(Tails && job.fast.tail_launch) && job.top_k.k == 0 && job.verify.num_requests == 0;
+  RowResolution first_res = kRowOk;
+  if (resolved_first) first_res = resolve_call_row(job, r, &first_slot, &first_mask, &first_w);
   // Start the chunk's first copies: their latency overlaps the row's prologue.
   const void* row = static_cast<const char*>(job.logits) + static_cast<int64_t>(r) * job.row_stride * elem_bytes(D);
   const bool vec_ok = (reinterpret_cast<uintptr_t>(row) & 15) == 0;
@@ -108,9 +113,12 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
   const int32_t* mask;
   VerifyRow w;
   RowResolution res;
-  if (Tails && job.fast.tail_launch) {  // resolved before its copies, and only an ok row has a tail
-    slot = tail_slot, mask = tail_mask, w = tail_w;
+  if (Tails && job.fast.tail_launch) {  // only an ok row has a tail
+    slot = first_slot, mask = first_mask, w = first_w;
     res = kRowOk;
+  } else if (resolved_first) {
+    slot = first_slot, mask = first_mask;  // (w: verification rows only)
+    res = first_res;
   } else {
     res = resolve_call_row(job, r, &slot, &mask, &w);
   }
