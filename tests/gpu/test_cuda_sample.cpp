@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <tuple>
 #include <random>
 #include <vector>
 
@@ -526,7 +527,8 @@ TEST(CudaExactPath, WideNucleusSmallVocabulary) { wide_nucleus_agrees(1000, {{3,
 // count and expects near-ties only.
 void expect_agreement_with(const char* var, const char* value, const AgreementCase& c, int32_t R, int steps,
                            uint64_t seed) {
-  SCOPED_TRACE(std::string(var) + "=" + (value ? value : "(unset)") + ", R = " + std::to_string(R));
+  SCOPED_TRACE(std::string(var) + "=" + (value ? value : "(unset)") + ", V = " + std::to_string(c.V) +
+               ", dtype " + std::to_string(static_cast<int>(c.dtype)) + ", R = " + std::to_string(R));
   int compared = 0, near_ties = 0;
   {
     const ScopedEnv env(var, value);
