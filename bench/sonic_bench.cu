@@ -58,6 +58,12 @@ bool parse_dtype(const std::string& name, sonic::DType* d) {
   else return false;
   return true;
 }
+// The element type of a name that main() has checked already.
+sonic::DType dtype_of(const std::string& name) {
+  sonic::DType d = sonic::DType::kF32;
+  parse_dtype(name, &d);
+  return d;
+}
 size_t dtype_bytes(sonic::DType d) { return d == sonic::DType::kF32 ? 4 : 2; }
 // `rows` rows of the case's logits in `d` at p.
 void fill_rows(char* p, sonic::DType d, int64_t rows, int32_t V, bool peaked, uint64_t seed) {
@@ -213,8 +219,7 @@ int bench_top_k(const Args& a, FILE* out, const std::string& gpu, cudaStream_t s
     ccfg.backend = sonic::Backend::kCpu;
     sonic::Sampler reference(ccfg);
     for (const std::string& dtype : a.dtypes) {
-      sonic::DType dt = sonic::DType::kF32;
-      parse_dtype(dtype, &dt);  // (checked with the options)
+      const sonic::DType dt = dtype_of(dtype);
       const size_t elem = dtype_bytes(dt);
       for (int B : a.batches) {
         const size_t bytes = static_cast<size_t>(B) * V * elem;
@@ -317,8 +322,7 @@ int bench_verify(const Args& a, FILE* out, const std::string& gpu, cudaStream_t 
     const std::vector<std::string> dtypes = a.dtypes_given ? a.dtypes : std::vector<std::string>{"fp32"};
     for (const std::string& dtype : dtypes)
     for (const std::string& cname : cases) {
-      sonic::DType dt = sonic::DType::kF32;
-      parse_dtype(dtype, &dt);  // (checked with the options)
+      const sonic::DType dt = dtype_of(dtype);
       const size_t elem = dtype_bytes(dt);
       for (int n : a.drafts) {
         for (int B : a.batches) {
@@ -534,8 +538,7 @@ int main(int argc, char** argv) {
     cfg.max_history = 4096;
     sonic::Sampler sampler(cfg);
     for (const std::string& dtype : a.dtypes) {
-      sonic::DType dt = sonic::DType::kF32;
-      parse_dtype(dtype, &dt);  // (checked with the options)
+      const sonic::DType dt = dtype_of(dtype);
       const size_t elem = dtype_bytes(dt);
       for (const std::string& cname : a.cases) {
         Case c;
