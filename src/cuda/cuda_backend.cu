@@ -3,9 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -13,6 +11,7 @@
 #include "cuda/row_job.cuh"
 #include "cuda/slot_table.hpp"
 #include "host/backend.hpp"
+#include "host/env_switches.hpp"
 #include "host/validate.hpp"
 
 namespace sonic {
@@ -42,36 +41,15 @@ T* zeroed_device_array(size_t n) {
 class CudaBackend final : public SamplerBackend {
  public:
   explicit CudaBackend(const SamplerConfig& config) : SamplerBackend(config), table_(config) {
-    // For experiments and tests (README), "F,R,E": the fast, row stage-2 and exact kernels' preferred
-    // shared-memory carveouts in percent (-1: no preference, the default). Kernel attributes: they
-    // hold for every sampler of the process until set again. Read first, so that a bad value throws
-    // before anything is allocated.
-    if (const char* env = std::getenv("SONIC_CUDA_CARVEOUT")) {
-      int f = 0, r = 0, e = 0;
-      auto ok = [](int v) { return v >= -1 && v <= 100; };
-      if (std::sscanf(env, "%d,%d,%d", &f, &r, &e) != 3 || !ok(f) || !ok(r) || !ok(e))
-        throw Error(ErrorCode::kInvalidArgument,
-                    std::string("sonic: SONIC_CUDA_CARVEOUT = '") + env + "': expected F,R,E percentages in [-1, 100]");
-      cuda::set_fast_sample_carveout(f);
-      cuda::set_row_stage2_carveout(r);
-      cuda::set_exact_sample_carveout(e);
-    }
+    read_switches();  // first, so that a malformed value throws before anything is allocated
     const size_t rows = static_cast<size_t>(config.max_rows);
     const int32_t V = config.vocab_size;
     // The fp32 tiling and the short 16-bit steps' have the most tiles (4096 tokens); 16-bit tiles
     // of full steps hold twice the tokens and candidates.
-    const int64_t tiles32 = (V + cuda::tile_tokens(DType::kF32) - 1) / cuda::tile_tokens(DType::kF32);
-    const int64_t tiles16 = (V + cuda::tile_tokens(DType::kBF16) - 1) / cuda::tile_tokens(DType::kBF16);
-    const int64_t tiles16_short = (V + cuda::tile_tokens(DType::kBF16, cuda::kShortStepLoads) - 1) /
-                                  cuda::tile_tokens(DType::kBF16, cuda::kShortStepLoads);
+    const int64_t tiles32 = cuda::row_tiles(V, DType::kF32);
+    const int64_t tiles16 = cuda::row_tiles(V, DType::kBF16);
+    const int64_t tiles16_short = cuda::row_tiles(V, DType::kBF16, cuda::kShortStepLoads);
     const int64_t most_tiles = std::max(tiles32, tiles16_short);
-    // Row tails (see scratch()), for experiments and tests: "P" keeps P % of each chunk's tiles in
-    // the head of a row with rules (0: no tails), "P:R" also gives rows tails in calls of R rows or
-    // more, where a row may have several chunks.
-    if (const char* env = std::getenv("SONIC_CUDA_TAILS")) {
-      head_percent_ = std::atoi(env);
-      if (const char* colon = std::strchr(env, ':')) tails_min_rows_ = std::atoi(colon + 1);
-    }
     cand_stride_ = std::max({tiles32 * cuda::tile_candidates(DType::kF32), tiles16 * cuda::tile_candidates(DType::kBF16),
                              tiles16_short * cuda::tile_candidates(DType::kBF16, cuda::kShortStepLoads)});
     // Several heads a row (forced only) take regions of equal size, their tails too (row_tails_shape()):
@@ -107,19 +85,10 @@ class CudaBackend final : public SamplerBackend {
     split_flags_ = zeroed_device_array<int32_t>(2 * split_rows_);  // done, then nan
     int major = 0;
     SONIC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, config.device));
-    programmatic_launch_ = major >= 9;  // programmatic dependent launch needs compute capability 9.0
+    // Programmatic dependent launch needs compute capability 9.0.
+    programmatic_launch_ = major >= 9 && programmatic_switch_;
     for (DType d : {DType::kF32, DType::kBF16, DType::kF16})
       resident_[static_cast<int>(d)] = sms * std::max(1, cuda::fast_sample_blocks_per_sm(d));
-    // A fixed chunk size for experiments and tests (tokens never depend on it).
-    if (const char* env = std::getenv("SONIC_CUDA_TILES_PER_CHUNK")) forced_tiles_per_chunk_ = std::atoi(env);
-    // Stage 2 in its own kernel for calls of at most this many rows (0: never), for the same.
-    if (const char* env = std::getenv("SONIC_CUDA_SEPARATE_STAGE2_ROWS")) forced_separate_rows_ = std::atoi(env);
-    // Short 16-bit steps for calls of at most this many rows (0: never), for the same.
-    if (const char* env = std::getenv("SONIC_CUDA_SHORT_STEP_ROWS")) short_step_rows_ = std::atoi(env);
-    // Plain launches in place of programmatic ones when 0, for the same (a kernel then starts once
-    // the one before has completed).
-    if (const char* env = std::getenv("SONIC_CUDA_PROGRAMMATIC"))
-      programmatic_launch_ = programmatic_launch_ && std::atoi(env) != 0;
   }
   ~CudaBackend() override {
     cudaFree(z_);
@@ -353,7 +322,7 @@ class CudaBackend final : public SamplerBackend {
     const bool tails_forced = tails_allowed && tails_min_rows_ >= 0 && rows >= tails_min_rows_;
     const int32_t loads =
         dtype != DType::kF32 && rows <= short_step_rows_ && !tails_forced ? cuda::kShortStepLoads : cuda::kStepLoads;
-    const int32_t tiles = (V + cuda::tile_tokens(dtype, loads) - 1) / cuda::tile_tokens(dtype, loads);
+    const int32_t tiles = cuda::row_tiles(V, dtype, loads);
     const int64_t resident = resident_[static_cast<int>(dtype)];
     int64_t chunks = forced_tiles_per_chunk_ > 0
                          ? (tiles + forced_tiles_per_chunk_ - 1) / forced_tiles_per_chunk_
@@ -398,11 +367,44 @@ class CudaBackend final : public SamplerBackend {
     return f;
   }
 
+  // The switches for experiments and tests (README); tokens never depend on them.
+  void read_switches() {
+    using detail::env_int;
+    constexpr int32_t kAnyRows = INT32_MAX;
+    // "F,R,E": the fast, row stage-2 and exact kernels' preferred shared-memory carveouts in percent
+    // (-1: no preference, the default). Kernel attributes: they hold for every sampler of the process
+    // until set again.
+    if (const auto c = detail::env_int_list("SONIC_CUDA_CARVEOUT",
+                                            {',', 3, {{-1, 100}, {-1, 100}, {-1, 100}}, "F,R,E percentages in [-1, 100]"})) {
+      cuda::set_fast_sample_carveout((*c)[0]);
+      cuda::set_row_stage2_carveout((*c)[1]);
+      cuda::set_exact_sample_carveout((*c)[2]);
+    }
+    // Row tails (scratch()): "P" keeps P % of each chunk's tiles in the head of a row with rules (0:
+    // no tails), "P:R" also gives rows tails in calls of R rows or more, where a row may have
+    // several chunks.
+    if (const auto t = detail::env_int_list("SONIC_CUDA_TAILS", {':', 1, {{0, 100}, {0, kAnyRows}},
+                                                                 "P or P:R, P a percentage in [0, 100], R rows >= 0"})) {
+      head_percent_ = (*t)[0];
+      if (t->size() == 2) tails_min_rows_ = (*t)[1];
+    }
+    // A fixed chunk size (0: the rule).
+    if (const auto n = env_int("SONIC_CUDA_TILES_PER_CHUNK", 0, cuda::kMaxChunks * 64)) forced_tiles_per_chunk_ = *n;
+    // Stage 2 in its own kernel for calls of at most this many rows (0: never).
+    if (const auto n = env_int("SONIC_CUDA_SEPARATE_STAGE2_ROWS", 0, kAnyRows)) forced_separate_rows_ = *n;
+    // Short 16-bit steps for calls of at most this many rows (0: never).
+    if (const auto n = env_int("SONIC_CUDA_SHORT_STEP_ROWS", 0, kAnyRows)) short_step_rows_ = *n;
+    // 0: plain launches in place of programmatic ones (a kernel then starts once the one before has
+    // completed).
+    if (const auto n = env_int("SONIC_CUDA_PROGRAMMATIC", 0, 1)) programmatic_switch_ = *n != 0;
+  }
+
   cuda::DeviceSlotTable table_;
   float* z_ = nullptr;
   int64_t cand_stride_ = 0;  // candidates a row may hold
   int32_t sms_ = 0;
   bool programmatic_launch_ = false;  // the row stage-2 and exact kernels as programmatic dependents
+  bool programmatic_switch_ = true;   // SONIC_CUDA_PROGRAMMATIC
   int32_t resident_[3] = {1, 1, 1};  // fast-kernel blocks the device holds at once, per dtype
   int32_t forced_tiles_per_chunk_ = 0;
   int32_t head_percent_ = 75, tails_min_rows_ = -1;  // SONIC_CUDA_TAILS

@@ -52,6 +52,9 @@ __host__ __device__ constexpr int32_t tile_tokens(DType d, int32_t loads = kStep
   return kFastWarps * loads * 32 * (16 / elem_bytes(d));
 }
 static_assert(tile_tokens(DType::kBF16, kShortStepLoads) == kMinTileTokens, "kMaxVocab counts tiles of kMinTileTokens");
+__host__ __device__ constexpr int32_t row_tiles(int32_t V, DType d, int32_t loads = kStepLoads) {  // the last one partial
+  return (V + tile_tokens(d, loads) - 1) / tile_tokens(d, loads);
+}
 __host__ __device__ constexpr int32_t tile_candidates(DType d, int32_t loads = kStepLoads) {  // at most three a lane a group
   return kFastWarps * (tile_tokens(d, loads) / kFastWarps / (32 * kGroupTokens)) * kGroupCandidates;
 }

@@ -611,7 +611,7 @@ TEST(CudaStage2Placement, SmallVocabulary) {
 
 // The launch switches for experiments (README) change no token: plain launches in place of
 // programmatic ones, and the kernels' preferred shared-memory carveouts (kernel attributes, so the
-// test puts them back to no preference). A malformed carveout is an error naming the variable.
+// test puts them back to no preference).
 TEST(CudaLaunchSwitches, PlainLaunchesAndCarveoutsAgree) {
   struct Switch {
     const char* name;
@@ -625,15 +625,28 @@ TEST(CudaLaunchSwitches, PlainLaunchesAndCarveoutsAgree) {
     const ScopedEnv env("SONIC_CUDA_CARVEOUT", "-1,-1,-1");
     sonic::Sampler reset(make_config(sonic::Backend::kCuda, 1000, 1));
   }
-  for (const char* bad : {"100", "50,50,abc", "101,0,0", "-2,0,0"}) {
-    SCOPED_TRACE(bad);
-    const ScopedEnv env("SONIC_CUDA_CARVEOUT", bad);
+}
+
+// Every switch of the README rejects a malformed value when the sampler is made, naming it
+// (tests/cpu/test_env_switches.cpp tests the parser itself).
+TEST(CudaLaunchSwitches, MalformedValuesAreErrors) {
+  struct Bad {
+    const char* name;
+    const char* value;
+  };
+  for (const Bad b : {Bad{"SONIC_CUDA_CARVEOUT", "100"}, Bad{"SONIC_CUDA_CARVEOUT", "50,50,abc"},
+                      Bad{"SONIC_CUDA_CARVEOUT", "101,0,0"}, Bad{"SONIC_CUDA_TAILS", "75x"},
+                      Bad{"SONIC_CUDA_TAILS", "75:-1"}, Bad{"SONIC_CUDA_TILES_PER_CHUNK", "-3"},
+                      Bad{"SONIC_CUDA_SEPARATE_STAGE2_ROWS", "many"}, Bad{"SONIC_CUDA_SHORT_STEP_ROWS", "32 "},
+                      Bad{"SONIC_CUDA_PROGRAMMATIC", "2"}}) {
+    SCOPED_TRACE(std::string(b.name) + "=" + b.value);
+    const ScopedEnv env(b.name, b.value);
     try {
       sonic::Sampler s(make_config(sonic::Backend::kCuda, 1000, 1));
-      ADD_FAILURE() << "no error for SONIC_CUDA_CARVEOUT=" << bad;
+      ADD_FAILURE() << "no error";
     } catch (const sonic::Error& e) {
       EXPECT_EQ(e.code(), sonic::ErrorCode::kInvalidArgument);
-      EXPECT_NE(std::string(e.what()).find("SONIC_CUDA_CARVEOUT"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string(b.name) + " = '" + b.value + "'"), std::string::npos) << e.what();
     }
   }
 }
