@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/device_allocations.hpp"
 #include "cuda/row_job.cuh"
 #include "cuda/slot_table.hpp"
 #include "host/backend.hpp"
@@ -29,20 +30,11 @@ void require_device(const void* ptr, const char* name) {
     detail::invalid_argument(name, "a host pointer", "the CUDA backend needs device memory");
 }
 
-// n zeroed elements of T in device memory.
-template <class T>
-T* zeroed_device_array(size_t n) {
-  T* p = nullptr;
-  SONIC_CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
-  SONIC_CUDA_CHECK(cudaMemset(p, 0, n * sizeof(T)));
-  return p;
-}
-
 class CudaBackend final : public SamplerBackend {
  public:
   explicit CudaBackend(const SamplerConfig& config) : SamplerBackend(config), table_(config) {
     read_switches();  // first, so that a malformed value throws before anything is allocated
-    const size_t rows = static_cast<size_t>(config.max_rows);
+    const int64_t rows = config.max_rows;
     const int32_t V = config.vocab_size;
     // The fp32 tiling and the short 16-bit steps' have the most tiles (4096 tokens); 16-bit tiles
     // of full steps hold twice the tokens and candidates.
@@ -55,21 +47,21 @@ class CudaBackend final : public SamplerBackend {
     // Several heads a row (forced only) take regions of equal size, their tails too (row_tails_shape()):
     // half as much room again.
     if (tails_min_rows_ >= 0) cand_stride_ = cand_stride_ * 3 / 2;
-    SONIC_CUDA_CHECK(cudaMalloc(&z_, rows * V * sizeof(float)));
-    SONIC_CUDA_CHECK(cudaMalloc(&stats_, rows * most_tiles * sizeof(cuda::TileStat)));
-    SONIC_CUDA_CHECK(cudaMalloc(&cands_, rows * cand_stride_ * sizeof(unsigned long long)));
+    z_ = mem_.alloc<float>(rows * V);
+    stats_ = mem_.alloc<cuda::TileStat>(rows * most_tiles);
+    cands_ = mem_.alloc<unsigned long long>(rows * cand_stride_);
     // Counters: [0, rows) chunks done per row, then the rows flagged, the exact kernel's blocks done
     // and the row tails' grid's blocks done. Zero between calls: the kernels reset what they
     // count.
-    counters_ = zeroed_device_array<int32_t>(rows + 3);
-    flagged_total_ = zeroed_device_array<unsigned long long>(1);
-    SONIC_CUDA_CHECK(cudaMalloc(&exact_flags_, rows * sizeof(int32_t)));
-    SONIC_CUDA_CHECK(cudaMalloc(&verdicts_, rows * sizeof(cuda::RowVerdict)));
-    SONIC_CUDA_CHECK(cudaMalloc(&row_logprob_, rows * sizeof(float)));
-    SONIC_CUDA_CHECK(cudaMalloc(&row_rank_, rows * sizeof(int32_t)));
+    counters_ = mem_.zeroed<int32_t>(rows + 3);
+    flagged_total_ = mem_.zeroed<unsigned long long>(1);
+    exact_flags_ = mem_.alloc<int32_t>(rows);
+    verdicts_ = mem_.alloc<cuda::RowVerdict>(rows);
+    row_logprob_ = mem_.alloc<float>(rows);
+    row_rank_ = mem_.alloc<int32_t>(rows);
     row_top_stride_ = std::max(config.max_top_logprobs, 1);
-    SONIC_CUDA_CHECK(cudaMalloc(&row_top_ids_, rows * row_top_stride_ * sizeof(int32_t)));
-    SONIC_CUDA_CHECK(cudaMalloc(&row_top_logprobs_, rows * row_top_stride_ * sizeof(float)));
+    row_top_ids_ = mem_.alloc<int32_t>(rows * row_top_stride_);
+    row_top_logprobs_ = mem_.alloc<float>(rows * row_top_stride_);
     int sms = 0;
     SONIC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, config.device));
     sms_ = sms;
@@ -78,35 +70,17 @@ class CudaBackend final : public SamplerBackend {
     cuda::prepare_exact_sample(config.device);
     split_rows_ = sms;
     const size_t split_bins = static_cast<size_t>(split_rows_) * cuda::kSplitBuckets;
-    split_mass_ = zeroed_device_array<unsigned long long>(split_bins);
-    split_count_ = zeroed_device_array<uint32_t>(split_bins);
-    split_best_ = zeroed_device_array<uint32_t>(split_bins);
-    split_total_ = zeroed_device_array<unsigned long long>(split_rows_);
-    split_flags_ = zeroed_device_array<int32_t>(2 * split_rows_);  // done, then nan
+    split_mass_ = mem_.zeroed<unsigned long long>(split_bins);
+    split_count_ = mem_.zeroed<uint32_t>(split_bins);
+    split_best_ = mem_.zeroed<uint32_t>(split_bins);
+    split_total_ = mem_.zeroed<unsigned long long>(split_rows_);
+    split_flags_ = mem_.zeroed<int32_t>(2 * split_rows_);  // done, then nan
     int major = 0;
     SONIC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, config.device));
     // Programmatic dependent launch needs compute capability 9.0.
     programmatic_launch_ = major >= 9 && programmatic_switch_;
     for (DType d : {DType::kF32, DType::kBF16, DType::kF16})
       resident_[static_cast<int>(d)] = sms * std::max(1, cuda::fast_sample_blocks_per_sm(d));
-  }
-  ~CudaBackend() override {
-    cudaFree(z_);
-    cudaFree(stats_);
-    cudaFree(cands_);
-    cudaFree(counters_);
-    cudaFree(flagged_total_);
-    cudaFree(exact_flags_);
-    cudaFree(split_mass_);
-    cudaFree(split_count_);
-    cudaFree(split_best_);
-    cudaFree(split_total_);
-    cudaFree(split_flags_);
-    cudaFree(verdicts_);
-    cudaFree(row_logprob_);
-    cudaFree(row_rank_);
-    cudaFree(row_top_ids_);
-    cudaFree(row_top_logprobs_);
   }
 
   Backend kind() const override { return Backend::kCuda; }
@@ -399,6 +373,8 @@ class CudaBackend final : public SamplerBackend {
     if (const auto n = env_int("SONIC_CUDA_PROGRAMMATIC", 0, 1)) programmatic_switch_ = *n != 0;
   }
 
+  // The device arrays below; whatever the constructor allocated before a throw is freed.
+  cuda::DeviceAllocations mem_;
   cuda::DeviceSlotTable table_;
   float* z_ = nullptr;
   int64_t cand_stride_ = 0;  // candidates a row may hold

@@ -16,14 +16,6 @@ int32_t next_pow2(int64_t n) {
   return static_cast<int32_t>(p);
 }
 
-template <class T>
-T* device_alloc(std::vector<void*>& owned, int64_t count) {
-  void* p = nullptr;
-  SONIC_CUDA_CHECK(cudaMalloc(&p, std::max<int64_t>(count, 1) * sizeof(T)));
-  owned.push_back(p);
-  return static_cast<T*>(p);
-}
-
 __global__ void append_tokens_kernel(SlotTableView tab, int32_t slot, const int32_t* tokens,
                                      int32_t count) {
   // One thread: appends stay in order, and host appends are not on the per-step path.
@@ -42,18 +34,18 @@ DeviceSlotTable::DeviceSlotTable(const SamplerConfig& config)
   view_.list_capacity = std::max(config.max_token_list, 1);
   view_.hash_capacity = next_pow2(2 * static_cast<int64_t>(config.max_history));
   view_.max_history = config.max_history;
-  auto* params = device_alloc<SlotParams>(allocations_, S);
+  auto* params = mem_.alloc<SlotParams>(S);
   view_.params = params;
-  view_.step = device_alloc<uint64_t>(allocations_, S);
-  view_.list_token = device_alloc<int32_t>(allocations_, S * view_.list_capacity);
-  view_.list_bias = device_alloc<float>(allocations_, S * view_.list_capacity);
-  view_.list_kind = device_alloc<uint8_t>(allocations_, S * view_.list_capacity);
-  view_.hist_len = device_alloc<int32_t>(allocations_, S);
-  view_.hist_bits = device_alloc<uint32_t>(allocations_, S * view_.words);
-  view_.hist_keys = device_alloc<int32_t>(allocations_, S * view_.hash_capacity);
-  view_.hist_prompt = device_alloc<int32_t>(allocations_, S * view_.hash_capacity);
-  view_.hist_output = device_alloc<int32_t>(allocations_, S * view_.hash_capacity);
-  staging_ = device_alloc<int32_t>(allocations_, config.max_history);
+  view_.step = mem_.alloc<uint64_t>(S);
+  view_.list_token = mem_.alloc<int32_t>(S * view_.list_capacity);
+  view_.list_bias = mem_.alloc<float>(S * view_.list_capacity);
+  view_.list_kind = mem_.alloc<uint8_t>(S * view_.list_capacity);
+  view_.hist_len = mem_.alloc<int32_t>(S);
+  view_.hist_bits = mem_.alloc<uint32_t>(S * view_.words);
+  view_.hist_keys = mem_.alloc<int32_t>(S * view_.hash_capacity);
+  view_.hist_prompt = mem_.alloc<int32_t>(S * view_.hash_capacity);
+  view_.hist_output = mem_.alloc<int32_t>(S * view_.hash_capacity);
+  staging_ = mem_.alloc<int32_t>(config.max_history);
   // Every slot starts retired: flags 0, empty history.
   SONIC_CUDA_CHECK(cudaMemset(params, 0, S * sizeof(SlotParams)));
   SONIC_CUDA_CHECK(cudaMemset(view_.step, 0, S * sizeof(uint64_t)));
@@ -63,10 +55,6 @@ DeviceSlotTable::DeviceSlotTable(const SamplerConfig& config)
   SONIC_CUDA_CHECK(cudaMemset(view_.hist_prompt, 0, S * view_.hash_capacity * sizeof(int32_t)));
   SONIC_CUDA_CHECK(cudaMemset(view_.hist_output, 0, S * view_.hash_capacity * sizeof(int32_t)));
   SONIC_CUDA_CHECK(cudaDeviceSynchronize());
-}
-
-DeviceSlotTable::~DeviceSlotTable() {
-  for (void* p : allocations_) cudaFree(p);
 }
 
 void DeviceSlotTable::admit(int32_t slot, const RequestParams& params, const int32_t* prompt,

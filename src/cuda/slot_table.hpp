@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cuda/device_allocations.hpp"
 #include "cuda/slot_table.cuh"
 #include "sonic/types.hpp"
 
@@ -12,7 +13,6 @@ namespace sonic::cuda {
 class DeviceSlotTable {
  public:
   explicit DeviceSlotTable(const SamplerConfig& config);
-  ~DeviceSlotTable();
   DeviceSlotTable(const DeviceSlotTable&) = delete;
   DeviceSlotTable& operator=(const DeviceSlotTable&) = delete;
 
@@ -30,7 +30,7 @@ class DeviceSlotTable {
  private:
   SamplerConfig config_;
   SlotTableView view_{};
-  std::vector<void*> allocations_;
+  DeviceAllocations mem_;  // the arrays of view_ and staging_ (freed on a throw from the constructor too)
   std::vector<char> host_active_;
   int32_t* staging_ = nullptr;  // device buffer for host appends, max_history tokens
 };

@@ -8,6 +8,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -625,6 +626,31 @@ TEST(CudaLaunchSwitches, PlainLaunchesAndCarveoutsAgree) {
     const ScopedEnv env("SONIC_CUDA_CARVEOUT", "-1,-1,-1");
     sonic::Sampler reset(make_config(sonic::Backend::kCuda, 1000, 1));
   }
+}
+
+// An allocation that fails part way through a sampler's construction is kOutOfMemory and frees
+// what was allocated before it (cuda/device_allocations.hpp): the device's free memory is as before,
+// and the next sampler is made as usual. At V = 1000 the backend's first allocation (after a
+// one-slot request table) is 4 KB a row of logits scratch and the rest needs more again (6 KB a
+// row of candidates alone), so rows that fill 60 % of the free memory with the first fail later.
+TEST(CudaAllocation, OutOfMemoryFreesWhatWasAllocated) {
+  size_t free0 = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
+  sonic::SamplerConfig c = make_config(sonic::Backend::kCuda, 1000, 1);
+  c.max_slots = 1;
+  c.max_history = 0;
+  c.max_rows = static_cast<int32_t>(std::min<size_t>(free0 / 10 * 6 / (4 * 1000), INT32_MAX));
+  SCOPED_TRACE("max_rows = " + std::to_string(c.max_rows));
+  try {
+    sonic::Sampler s(c);
+    ADD_FAILURE() << "no error";
+  } catch (const sonic::Error& e) {
+    EXPECT_EQ(e.code(), sonic::ErrorCode::kOutOfMemory) << e.what();
+  }
+  size_t free1 = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free1, &total), cudaSuccess);
+  EXPECT_GE(free1 + (64u << 20), free0) << (free0 - free1) / (1 << 20) << " MiB not freed";
+  sonic::Sampler next(make_config(sonic::Backend::kCuda, 1000, 4));
 }
 
 // Every switch of the README rejects a malformed value when the sampler is made, naming it
