@@ -634,6 +634,7 @@ TEST(CudaLaunchSwitches, PlainLaunchesAndCarveoutsAgree) {
 // one-slot request table) is 4 KB a row of logits scratch and the rest needs more again (6 KB a
 // row of candidates alone), so rows that fill 60 % of the free memory with the first fail later.
 TEST(CudaAllocation, OutOfMemoryFreesWhatWasAllocated) {
+  { sonic::Sampler warm(make_config(sonic::Backend::kCuda, 1000, 4)); }  // the kernels' modules loaded before
   size_t free0 = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
   sonic::SamplerConfig c = make_config(sonic::Backend::kCuda, 1000, 1);
