@@ -490,6 +490,61 @@ TEST(CudaLoweringPenalties, HistoryTopTokensMatchReference) { lowering_penalties
 // The same at a vocabulary small enough for the sanitizers.
 TEST(CudaLoweringPenalties, SmallVocabulary) { lowering_penalties_agree(3001); }
 
+// Token lists of every length, the rules of the listed tokens applied by stage 1's cursor over the
+// slot's sorted list (its start at each warp's first token, its walk group by group): lists of up
+// to 32 entries, lists that name the first and the last token of every group of 1024 tokens (the
+// cursor's boundaries), a few hundred entries, and a few thousand of every kind (bias, banned,
+// allowed) at once. Every dtype; a vocabulary of whole steps and one that ends inside a step.
+void token_lists_agree(int32_t V) {
+  for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16, sonic::DType::kF16}) {
+    std::mt19937_64 rng(7070 + V + static_cast<int>(dtype));
+    Batch b = random_batch(rng, V, 24, dtype, kTopN, /*with_bitmask=*/true);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    for (int32_t r = 0; r < b.rows; ++r) {
+      sonic::RequestParams& p = b.params[r];
+      p.logit_bias.clear();
+      p.banned_tokens.clear();
+      p.allowed_tokens.clear();
+      std::vector<char> biased(V, 0), banned(V, 0), allowed(V, 0);
+      auto bias = [&](int32_t t) {
+        if (t < 0 || t >= V || biased[t]) return;
+        biased[t] = 1;
+        p.logit_bias.push_back({t, 8.0f * u(rng) - 4.0f});
+      };
+      auto random_tokens = [&](int32_t n, std::vector<char>& used, std::vector<int32_t>* out) {
+        for (int32_t i = 0; i < n; ++i) {
+          const int32_t t = static_cast<int32_t>(rng() % V);
+          if (!used[t]) used[t] = 1, out->push_back(t);
+        }
+      };
+      switch (r % 4) {
+        case 0:
+          for (int32_t i = 1 + static_cast<int32_t>(rng() % 32); i > 0; --i) bias(static_cast<int32_t>(rng() % V));
+          break;
+        case 1:
+          for (int32_t base = 0; base < V; base += 1024) bias(base), bias(base - 1);
+          bias(V - 1);
+          break;
+        case 2:
+          for (int32_t i = std::min(V / 8, 300 + static_cast<int32_t>(rng() % 300)); i > 0; --i)
+            bias(static_cast<int32_t>(rng() % V));
+          random_tokens(10, banned, &p.banned_tokens);
+          break;
+        default:
+          for (int32_t i = std::min(V / 4, 1500); i > 0; --i) bias(static_cast<int32_t>(rng() % V));
+          random_tokens(std::min(V / 8, 500), banned, &p.banned_tokens);
+          if (u(rng) < 0.5f) random_tokens(std::min(V / 4, 1500), allowed, &p.allowed_tokens);
+          break;
+      }
+    }
+    agreement_within_near_ties(b, 6, "token lists");
+  }
+}
+
+TEST(CudaTokenLists, ListsOfEveryLengthMatchReference) { token_lists_agree(151936); }
+// The same on a vocabulary that ends inside a step, small enough for the sanitizers.
+TEST(CudaTokenLists, SmallVocabulary) { token_lists_agree(3001); }
+
 // Top-p or a small min-p on flat, plateau or masked rows keeps most of the vocabulary: the fast path
 // cannot settle those rows and the exact kernel takes them, split across blocks when the call asks
 // for tokens only (the last third of the steps) and by one block otherwise; plateau rows crowd the
