@@ -362,8 +362,8 @@ class CudaBackend final : public SamplerBackend {
       head_percent_ = (*t)[0];
       if (t->size() == 2) tails_min_rows_ = (*t)[1];
     }
-    // A fixed chunk size (0: the rule).
-    if (const auto n = env_int("SONIC_CUDA_TILES_PER_CHUNK", 0, cuda::kMaxChunks * 64)) forced_tiles_per_chunk_ = *n;
+    // A fixed chunk size in tiles (0: the rule; a row has at most kMaxChunks tiles).
+    if (const auto n = env_int("SONIC_CUDA_TILES_PER_CHUNK", 0, cuda::kMaxChunks)) forced_tiles_per_chunk_ = *n;
     // Stage 2 in its own kernel for calls of at most this many rows (0: never).
     if (const auto n = env_int("SONIC_CUDA_SEPARATE_STAGE2_ROWS", 0, kAnyRows)) forced_separate_rows_ = *n;
     // Short 16-bit steps for calls of at most this many rows (0: never).
