@@ -67,9 +67,9 @@ struct RequestParams {
 // Sizes fixed at creation: every buffer of the sampler is allocated once, here.
 struct SamplerConfig {
   Backend backend = Backend::kAuto;
-  int32_t vocab_size = 0;          // V: ids >= V in a padded logits row are masked
+  int32_t vocab_size = 0;          // V: ids >= V in a padded logits row are masked (CUDA: <= 262144)
   int32_t max_slots = 0;           // request-table capacity
-  int32_t max_rows = 0;            // most rows in one call (single-step or verification)
+  int32_t max_rows = 0;            // most rows in one call (single-step or verification; CUDA: <= 65535)
   int32_t max_drafts = 0;          // most drafts per request in verification mode
   int32_t max_history = 32768;     // tokens of history (prompt + output) per slot
   int32_t max_token_list = 4096;   // logit-bias + banned + allowed entries per request

@@ -414,6 +414,11 @@ std::unique_ptr<SamplerBackend> make_cuda_backend(const SamplerConfig& config) {
   if (config.vocab_size > cuda::kMaxVocab)
     invalid_argument("config.vocab_size", std::to_string(config.vocab_size),
                      "the CUDA backend takes at most " + std::to_string(cuda::kMaxVocab) + " tokens");
+  // A grid's y dimension is at most 65535, and the fast kernel's grid has a row a y index (rows along
+  // x were slower for the mix: perf-notes v3.23).
+  if (config.max_rows > cuda::kMaxRows)
+    invalid_argument("config.max_rows", std::to_string(config.max_rows),
+                     "the CUDA backend takes at most " + std::to_string(cuda::kMaxRows) + " rows a call");
   SONIC_CUDA_CHECK(cudaSetDevice(config.device));
   return std::make_unique<CudaBackend>(config);
 }

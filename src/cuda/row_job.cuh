@@ -45,6 +45,7 @@ constexpr int32_t kGroupCandidates = 3 * 32;           // keys a warp may keep f
 constexpr int32_t kMaxChunks = 64;                     // stage 2 merges at most 64 chunks (two a lane)
 constexpr int32_t kMinTileTokens = 4096;               // fp32
 constexpr int32_t kMaxVocab = kMaxChunks * kMinTileTokens;
+constexpr int32_t kMaxRows = 65535;                    // the fast kernel's grid holds a row a y index
 
 __host__ __device__ constexpr int32_t elem_bytes(DType d) { return d == DType::kF32 ? 4 : 2; }
 // A tile of `loads` loads a lane a step.

@@ -8,7 +8,6 @@
 #include <string>
 #include <type_traits>
 #include <utility>
-#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -685,28 +684,55 @@ TEST(CudaLaunchSwitches, PlainLaunchesAndCarveoutsAgree) {
 
 // An allocation that fails part way through a sampler's construction is kOutOfMemory and frees
 // what was allocated before it (cuda/device_allocations.hpp): the device's free memory is as before,
-// and the next sampler is made as usual. At V = 1000 the backend's first allocation (after a
-// one-slot request table) is 4 KB a row of logits scratch and the rest needs more again (6 KB a
-// row of candidates alone), so rows that fill 60 % of the free memory with the first fail later.
+// and the next sampler is made as usual. The backend's first large allocation is its logits scratch
+// (4 V bytes a row, 60 GB here); a ballast leaves room for it and 1 GiB more, which its candidate
+// lists (8 bytes for each of 384 candidates a tile of 4096 tokens, 11 GB here) then exceed.
 TEST(CudaAllocation, OutOfMemoryFreesWhatWasAllocated) {
   { sonic::Sampler warm(make_config(sonic::Backend::kCuda, 1000, 4)); }  // the kernels' modules loaded before
-  size_t free0 = 0, total = 0;
-  ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
-  sonic::SamplerConfig c = make_config(sonic::Backend::kCuda, 1000, 1);
+  sonic::SamplerConfig c = make_config(sonic::Backend::kCuda, 229376, 1);
+  c.max_rows = 65535;
   c.max_slots = 1;
   c.max_history = 0;
-  c.max_rows = static_cast<int32_t>(std::min<size_t>(free0 / 10 * 6 / (4 * 1000), INT32_MAX));
-  SCOPED_TRACE("max_rows = " + std::to_string(c.max_rows));
+  const size_t scratch = static_cast<size_t>(c.max_rows) * static_cast<size_t>(c.vocab_size) * sizeof(float);
+  size_t free0 = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
+  ASSERT_GT(free0, scratch + (2ull << 30)) << "the device has too little memory for this test";
+  void* ballast = nullptr;
+  ASSERT_EQ(cudaMalloc(&ballast, free0 - scratch - (1ull << 30)), cudaSuccess);
+  size_t free1 = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free1, &total), cudaSuccess);
   try {
     sonic::Sampler s(c);
     ADD_FAILURE() << "no error";
   } catch (const sonic::Error& e) {
     EXPECT_EQ(e.code(), sonic::ErrorCode::kOutOfMemory) << e.what();
   }
-  size_t free1 = 0;
-  ASSERT_EQ(cudaMemGetInfo(&free1, &total), cudaSuccess);
-  EXPECT_GE(free1 + (64u << 20), free0) << (free0 - free1) / (1 << 20) << " MiB not freed";
+  size_t free2 = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free2, &total), cudaSuccess);
+  ASSERT_EQ(cudaFree(ballast), cudaSuccess);
+  EXPECT_GE(free2 + (64u << 20), free1) << (free1 - free2) / (1 << 20) << " MiB not freed";
   sonic::Sampler next(make_config(sonic::Backend::kCuda, 1000, 4));
+}
+
+// The CUDA backend's limits are errors naming the argument when the sampler is made: at most
+// 65535 rows a call (the fast kernel's grid) and 262144 tokens.
+TEST(CudaConfig, LimitsAreErrors) {
+  for (const auto& [V, rows] : {std::pair<int32_t, int32_t>{1000, 65536}, {262145, 4}}) {
+    sonic::SamplerConfig c = make_config(sonic::Backend::kCuda, V, 1);
+    c.max_rows = rows;
+    c.max_slots = 1;
+    try {
+      sonic::Sampler s(c);
+      ADD_FAILURE() << "no error for V = " << V << ", max_rows = " << rows;
+    } catch (const sonic::Error& e) {
+      EXPECT_EQ(e.code(), sonic::ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(rows > 65535 ? "config.max_rows" : "config.vocab_size"), std::string::npos)
+          << e.what();
+    }
+  }
+  sonic::SamplerConfig c = make_config(sonic::Backend::kCuda, 1000, 1);
+  c.max_rows = 65535;
+  sonic::Sampler largest(c);
 }
 
 // Every switch of the README rejects a malformed value when the sampler is made, naming it
