@@ -409,8 +409,11 @@ class CudaBackend final : public SamplerBackend {
 
 namespace detail {
 std::unique_ptr<SamplerBackend> make_cuda_backend(const SamplerConfig& config) {
-  if (!cuda_device_present())
-    throw Error(ErrorCode::kUnsupported, "sonic: config.backend = cuda: no CUDA device is present");
+  const int devices = cuda_device_count();
+  if (devices == 0) throw Error(ErrorCode::kUnsupported, "sonic: config.backend = cuda: no CUDA device is present");
+  if (config.device >= devices)
+    invalid_argument("config.device", std::to_string(config.device),
+                     "must be < " + std::to_string(devices) + " (the CUDA devices present)");
   if (config.vocab_size > cuda::kMaxVocab)
     invalid_argument("config.vocab_size", std::to_string(config.vocab_size),
                      "the CUDA backend takes at most " + std::to_string(cuda::kMaxVocab) + " tokens");

@@ -1,17 +1,19 @@
-// Whether a usable CUDA device is present. Host-only runtime queries; the kernels live beside.
+// The usable CUDA devices. Host-only runtime queries; the kernels live beside.
 #include <cuda_runtime.h>
 
 #include "host/backend.hpp"
 
 namespace sonic::detail {
 
-bool cuda_device_present() {
+int cuda_device_count() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
     cudaGetLastError();  // clear the sticky "no device" error
-    return false;
+    return 0;
   }
-  return count > 0;
+  return count;
 }
+
+bool cuda_device_present() { return cuda_device_count() > 0; }
 
 }  // namespace sonic::detail

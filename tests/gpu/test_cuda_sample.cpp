@@ -715,19 +715,27 @@ TEST(CudaAllocation, OutOfMemoryFreesWhatWasAllocated) {
 }
 
 // The CUDA backend's limits are errors naming the argument when the sampler is made: at most
-// 65535 rows a call (the fast kernel's grid) and 262144 tokens.
+// 65535 rows a call (the fast kernel's grid), 262144 tokens, a device that is present.
 TEST(CudaConfig, LimitsAreErrors) {
-  for (const auto& [V, rows] : {std::pair<int32_t, int32_t>{1000, 65536}, {262145, 4}}) {
-    sonic::SamplerConfig c = make_config(sonic::Backend::kCuda, V, 1);
-    c.max_rows = rows;
+  int devices = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&devices), cudaSuccess);
+  struct Bad {
+    int32_t V, rows, device;
+    const char* name;
+  };
+  for (const Bad b : {Bad{1000, 65536, 0, "config.max_rows"}, Bad{262145, 4, 0, "config.vocab_size"},
+                      Bad{1000, 4, devices, "config.device"}}) {
+    sonic::SamplerConfig c = make_config(sonic::Backend::kCuda, b.V, 1);
+    c.max_rows = b.rows;
     c.max_slots = 1;
+    c.device = b.device;
+    SCOPED_TRACE(b.name);
     try {
       sonic::Sampler s(c);
-      ADD_FAILURE() << "no error for V = " << V << ", max_rows = " << rows;
+      ADD_FAILURE() << "no error";
     } catch (const sonic::Error& e) {
       EXPECT_EQ(e.code(), sonic::ErrorCode::kInvalidArgument);
-      EXPECT_NE(std::string(e.what()).find(rows > 65535 ? "config.max_rows" : "config.vocab_size"), std::string::npos)
-          << e.what();
+      EXPECT_NE(std::string(e.what()).find(b.name), std::string::npos) << e.what();
     }
   }
   sonic::SamplerConfig c = make_config(sonic::Backend::kCuda, 1000, 1);
