@@ -344,12 +344,13 @@ class CudaBackend final : public SamplerBackend {
   // The switches for experiments and tests (README); tokens never depend on them.
   void read_switches() {
     using detail::env_int;
+    using detail::env_int_list;
     constexpr int32_t kAnyRows = INT32_MAX;
     // "F,R,E": the fast, row stage-2 and exact kernels' preferred shared-memory carveouts in percent
     // (-1: no preference, the default). Kernel attributes: they hold for every sampler of the process
     // until set again.
-    if (const auto c = detail::env_int_list("SONIC_CUDA_CARVEOUT",
-                                            {',', 3, {{-1, 100}, {-1, 100}, {-1, 100}}, "F,R,E percentages in [-1, 100]"})) {
+    if (const auto c = env_int_list("SONIC_CUDA_CARVEOUT",
+                                    {',', 3, {{-1, 100}, {-1, 100}, {-1, 100}}, "F,R,E percentages in [-1, 100]"})) {
       cuda::set_fast_sample_carveout((*c)[0]);
       cuda::set_row_stage2_carveout((*c)[1]);
       cuda::set_exact_sample_carveout((*c)[2]);
@@ -357,8 +358,8 @@ class CudaBackend final : public SamplerBackend {
     // Row tails (scratch()): "P" keeps P % of each chunk's tiles in the head of a row with rules (0:
     // no tails), "P:R" also gives rows tails in calls of R rows or more, where a row may have
     // several chunks.
-    if (const auto t = detail::env_int_list("SONIC_CUDA_TAILS", {':', 1, {{0, 100}, {0, kAnyRows}},
-                                                                 "P or P:R, P a percentage in [0, 100], R rows >= 0"})) {
+    if (const auto t = env_int_list("SONIC_CUDA_TAILS", {':', 1, {{0, 100}, {0, kAnyRows}},
+                                                         "P or P:R, P a percentage in [0, 100], R rows >= 0"})) {
       head_percent_ = (*t)[0];
       if (t->size() == 2) tails_min_rows_ = (*t)[1];
     }

@@ -14,6 +14,4 @@ int cuda_device_count() {
   return count;
 }
 
-bool cuda_device_present() { return cuda_device_count() > 0; }
-
 }  // namespace sonic::detail

@@ -36,7 +36,6 @@ namespace detail {
 std::unique_ptr<SamplerBackend> make_cpu_backend(const SamplerConfig& config);
 #if defined(SONIC_WITH_CUDA)
 std::unique_ptr<SamplerBackend> make_cuda_backend(const SamplerConfig& config);
-bool cuda_device_present();
 int cuda_device_count();  // 0 when no driver or device is usable
 #endif
 }  // namespace detail

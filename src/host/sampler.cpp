@@ -8,7 +8,7 @@ namespace sonic {
 
 bool cuda_available() {
 #if defined(SONIC_WITH_CUDA)
-  return detail::cuda_device_present();
+  return detail::cuda_device_count() > 0;
 #else
   return false;
 #endif
