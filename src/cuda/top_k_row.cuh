@@ -7,7 +7,9 @@
 
 #include "cuda/row_job.cuh"
 #include "cuda/stage1_chunk.cuh"
-#include "cuda/stage2_row.cuh"
+#include "cuda/stage2_merge.cuh"
+#include "cuda/stage2_prefix.cuh"
+#include "cuda/stage2_shared.cuh"
 
 namespace sonic::cuda {
 

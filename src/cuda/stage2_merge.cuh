@@ -1,0 +1,258 @@
+// Stage 2's first phase: the row's chunk statistics (TileStat) merged into the block's Stage2Shared
+// by warp 0, and the reading of the chunks' candidate lists that stage 1 wrote: listed at or above
+// the row's bound while the statistics are merged (wide blocks), or batch by batch afterwards.
+#pragma once
+
+#include "cuda/row_job.cuh"
+#include "cuda/stage1_chunk.cuh"
+#include "cuda/stage2_shared.cuh"
+#include "cuda/timeline.cuh"
+#include "cuda/warp_reduce.cuh"
+
+namespace sonic::cuda {
+
+// A chunk's statistics, read 16 bytes at a time.
+__device__ __forceinline__ TileStat load_stat(const TileStat* p) {
+  TileStat t;
+  const uint4* src = reinterpret_cast<const uint4*>(p);
+  uint4* dst = reinterpret_cast<uint4*>(&t);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(TileStat) / 16); ++i) dst[i] = __ldcg(src + i);  // L2: other blocks wrote it
+  return t;
+}
+
+// Warp 0 merges the row's chunk statistics into `sh` (at most 64 chunks, two a lane), with the
+// offsets of each chunk's candidates in the row's list.
+template <int Threads>
+__device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const RowKind& k, Stage2Shared<Threads>& sh) {
+  const int lane = threadIdx.x & 31;
+  const int32_t chunks = job.fast.chunks;
+  const TileStat* stats = job.fast.stats + static_cast<int64_t>(r) * chunks;
+  TileStat t[2];
+  bool have[2];
+  int count[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    have[h] = lane + 32 * h < chunks;
+    if (have[h]) t[h] = load_stat(stats + lane + 32 * h);
+    count[h] = have[h] ? t[h].count : 0;
+  }
+  unsigned long long max_key = 0, bound = 0;
+  int valid = 0, nan = 0;
+  float raw_max = -INFINITY;
+  ArgMaxF win{0.0f, -1};
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    if (have[h]) {
+      max_key = max(max_key, t[h].max_key);
+      bound = max(bound, t[h].bound);
+      valid += t[h].valid;
+      nan |= t[h].nan;
+      raw_max = fmaxf(raw_max, t[h].raw_max);
+      win = better(win, ArgMaxF{t[h].win_score, t[h].win_token});
+    }
+  max_key = warp_max(max_key);
+  bound = warp_max(bound);
+  valid = warp_sum(valid);
+  nan = __any_sync(0xFFFFFFFFu, nan);
+  raw_max = warp_max(raw_max);
+  win = warp_best(win);
+  const int incl0 = warp_inclusive_sum(count[0]);
+  const int total0 = __shfl_sync(0xFFFFFFFFu, incl0, 31);
+  const int incl1 = warp_inclusive_sum(count[1]);
+  if (have[0]) sh.cand_off[lane] = incl0 - count[0];
+  if (have[1]) sh.cand_off[lane + 32] = total0 + incl1 - count[1];
+  const int n_all = total0 + __shfl_sync(0xFFFFFFFFu, incl1, 31);
+  const float m = max_key ? detail::key_value(max_key) : -INFINITY;
+  double sum = 0.0, raw_sum = 0.0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    if (have[h]) {
+      if (k.need_sum && t[h].max_key && m > -INFINITY && m < INFINITY)
+        sum += static_cast<double>(t[h].sum) * exp(static_cast<double>((detail::key_value(t[h].max_key) - m) * k.inv_t));
+      if (k.need_raw && t[h].raw_max > -INFINITY && raw_max < INFINITY)
+        raw_sum += static_cast<double>(t[h].raw_sum) * exp(static_cast<double>(t[h].raw_max) - static_cast<double>(raw_max));
+    }
+  sum = warp_sum(sum);
+  raw_sum = warp_sum(raw_sum);
+  if (lane == 0) {
+    sh.max_key = max_key;
+    sh.bound = bound;
+    sh.valid = valid;
+    sh.nan = nan;
+    sh.raw_max = raw_max;
+    sh.win = win;
+    sh.sum_all = sum;
+    sh.raw_sum = raw_sum;
+    sh.chunks = chunks;
+    sh.n_all = n_all;
+    if constexpr (Threads <= kFastThreads) sh.n_bound = 0;  // wider blocks list while this merges
+    sh.n = 0;
+    // Every chunk of the row is done: reset its counter for the next call.
+    job.fast.tiles_done[r] = 0;
+  }
+}
+
+// Wide blocks' reading of candidates: a warp's items are some runs of the row's list one after the
+// other, item j lying in run q when end[q - 1] <= j < end[q], at list[at[q] + j]. key[b] = the
+// warp's item base + 32 b (0 past total): N independent loads.
+template <int Runs, int N>
+__device__ __forceinline__ void load_run_batch(const unsigned long long* list, const int (&end)[Runs],
+                                               const int64_t (&at)[Runs], int total, int base,
+                                               unsigned long long (&key)[N]) {
+#pragma unroll
+  for (int b = 0; b < N; ++b) {
+    const int j = base + 32 * b;
+    key[b] = 0ull;
+    if (j < total) {
+      int64_t a = at[0];
+#pragma unroll
+      for (int e = 0; e + 1 < Runs; ++e)
+        if (j >= end[e]) a = at[e + 1];
+      key[b] = __ldcg(list + a + j);
+    }
+  }
+}
+
+// Wide blocks (row_stage2_kernel): warps 1 .. Threads / 32 - 1 read the row's candidates at or above
+// the row's bound into sh.gathered (sh.n_bound counts them) while warp 0 merges the chunks'
+// statistics, so that the two chains of L2 round trips overlap (one after the other they were
+// 2.9 + 3.65 us at B = 1). Each warp finds the bound itself, the largest chunk bound (two loads a
+// lane), and reads runs w - 1, w - 1 + kWarps, ... of the row's candidates. A run is a chunk's
+// candidates (the first `count` keys of its region), or with fewer chunks than warps (4 at
+// B = 128, where four warps read the row while the others waited) a part of them, so that every
+// warp reads; a warp takes at most Runs runs. sh.n_bound must be 0 before.
+template <int Threads, int Runs>
+__device__ __forceinline__ void list_while_merging(const RowJob& job, int32_t r, Stage2Shared<Threads>& sh) {
+  constexpr int kWarps = Threads / 32 - 1;
+  constexpr int kRuns = Runs;  // runs a warp takes
+  constexpr int kBatch = 8;    // loads in flight a lane
+  static_assert(kRuns <= 32, "a lane holds the extent of one of the warp's runs");
+  const int warp = threadIdx.x / 32 - 1, lane = threadIdx.x & 31;
+  const int32_t chunks = job.fast.chunks;
+  const TileStat* stats = job.fast.stats + static_cast<int64_t>(r) * chunks;
+  unsigned long long bound = 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    if (lane + 32 * h < chunks) bound = max(bound, __ldcg(&stats[lane + 32 * h].bound));
+  const int64_t capacity = job.fast.chunk_capacity;
+  const int parts = chunks < kWarps ? kWarps / chunks : 1;  // runs a chunk is cut into
+  const int run = warp + lane * kWarps;  // the lane's run (lanes below kRuns)
+  int len = 0;
+  int64_t first = 0;
+  if (lane < kRuns && run < chunks * parts) {
+    const int c = run / parts, part = run - c * parts;
+    const int n = __ldcg(&stats[c].count);
+    const int lo = part * n / parts;
+    len = (part + 1) * n / parts - lo;
+    first = c * capacity + lo;
+  }
+  bound = warp_max(bound);
+  int end[kRuns];  // the warp's items [end[q - 1], end[q]) are its run q, at list[at[q] + j]
+  int64_t at[kRuns];
+  int total = 0;
+#pragma unroll
+  for (int q = 0; q < kRuns; ++q) {
+    at[q] = __shfl_sync(0xFFFFFFFFu, first, q) - total;
+    total += __shfl_sync(0xFFFFFFFFu, len, q);
+    end[q] = total;
+  }
+  const unsigned long long* list = job.fast.cands + static_cast<int64_t>(r) * job.fast.cand_stride;
+  for (int base = lane; base - lane < total; base += 32 * kBatch) {
+    unsigned long long key[kBatch];
+    unsigned listed = 0;
+    load_run_batch(list, end, at, total, base, key);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) listed |= (kept_by(key[b], bound) ? 1u : 0u) << b;
+    warp_append_batch(sh.gathered, &sh.n_bound, kBoundCap, key, listed);
+  }
+}
+
+// Warp 0 merges the row's chunk statistics into `sh`; in wide blocks the other warps list the
+// candidates at or above the bound meanwhile (list_while_merging), in the fast kernel's block
+// gather_prefix lists them later. The whole block calls it; it ends with a barrier.
+template <int Threads>
+__device__ __forceinline__ void merge_row(const RowJob& job, int32_t r, const RowKind& k, Stage2Shared<Threads>& sh) {
+  if constexpr (Threads > kFastThreads) {
+    if (threadIdx.x == 0) sh.n_bound = 0;
+    __syncthreads();
+    // Rows of at most a chunk a listing warp (B >= 32 at V = 151936) take the one-run form, whose
+    // loads find their run without comparing with the other runs' ends.
+    constexpr int kWarps = Threads / 32 - 1;
+    if (threadIdx.x < 32) merge_tiles(job, r, k, sh);
+    else if (job.fast.chunks <= kWarps) list_while_merging<Threads, 1>(job, r, sh);
+    else list_while_merging<Threads, (kMaxChunks + kWarps - 1) / kWarps>(job, r, sh);
+  } else {
+    if (threadIdx.x < 32) merge_tiles(job, r, k, sh);
+  }
+  timeline_warp_arrive(kMarkMerged);
+  __syncthreads();
+}
+
+// Calls g(key) with key[N] for the row's candidates, in batches of independent loads (0: past the
+// end); the lanes of a warp call it together. Candidate i of the row lies in the chunk c with
+// cand_off[c] <= i < cand_off[c + 1]. In the fast kernel's block a thread's indices grow by 128,
+// about one chunk at B = 1 (about 100 candidates a chunk), so it finds their chunks by walking
+// forward. Wider blocks give each warp whole chunks instead (warp w takes chunks w, w + Warps, ...,
+// at most kMaxChunks / Warps of them): the warp's candidates are those chunks' runs one after the
+// other, and a lane finds its item's run by comparing with the few running ends it holds in
+// registers (a block-wide search over cand_off in shared memory cost 4.4 us at B = 1, most of it
+// the search's dependent shared loads).
+template <int N, int Threads, class G>
+__device__ __forceinline__ void for_each_listed_batch(const RowJob& job, int32_t r, const Stage2Shared<Threads>& sh, G&& g) {
+  const int n_all = sh.n_all, chunks = sh.chunks;
+  const unsigned long long* list = job.fast.cands + static_cast<int64_t>(r) * job.fast.cand_stride;
+  const int64_t capacity = job.fast.chunk_capacity;
+  if constexpr (Threads > kFastThreads) {
+    constexpr int kWarps = Threads / 32;
+    constexpr int kRuns = (kMaxChunks + kWarps - 1) / kWarps;  // chunks a warp takes
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    int end[kRuns];  // the warp's items [end[q - 1], end[q]) are chunk warp + q * kWarps's
+    int64_t at[kRuns];
+    int total = 0;
+#pragma unroll
+    for (int q = 0; q < kRuns; ++q) {
+      const int c = warp + q * kWarps;
+      at[q] = c * capacity - total;
+      if (c < chunks) total += (c + 1 < chunks ? sh.cand_off[c + 1] : n_all) - sh.cand_off[c];
+      end[q] = total;
+    }
+    for (int base = lane; base - lane < total; base += 32 * N) {
+      unsigned long long key[N];
+      load_run_batch(list, end, at, total, base, key);
+      g(key);
+    }
+  } else {
+    int c = 0, c_off = 0, next_off = chunks > 1 ? sh.cand_off[1] : 0x7FFFFFFF;
+    for (int base = threadIdx.x; base - (threadIdx.x & 31) < n_all; base += N * Threads) {
+      unsigned long long key[N];
+#pragma unroll
+      for (int b = 0; b < N; ++b) {
+        const int i = base + b * Threads;
+        key[b] = 0ull;
+        if (i < n_all) {
+          while (i >= next_off) {  // chunk c + 1 starts at or before i
+            ++c;
+            c_off = next_off;
+            next_off = c + 1 < chunks ? sh.cand_off[c + 1] : 0x7FFFFFFF;
+          }
+          key[b] = __ldcg(list + c * capacity + (i - c_off));
+        }
+      }
+      g(key);
+    }
+  }
+}
+
+// Calls f(key, listed) for each of the row's candidates, `listed` telling whether the key is at or
+// above the row's bound; the lanes of a warp call it together (four loads in flight a thread).
+template <int Threads, class F>
+__device__ __forceinline__ void for_each_listed(const RowJob& job, int32_t r, const Stage2Shared<Threads>& sh, F&& f) {
+  const unsigned long long bound = sh.bound;
+  for_each_listed_batch<4>(job, r, sh, [&](const unsigned long long (&key)[4]) {
+#pragma unroll
+    for (int b = 0; b < 4; ++b) f(key[b], kept_by(key[b], bound));
+  });
+}
+
+}  // namespace sonic::cuda

@@ -1,0 +1,110 @@
+// Stage 2's shared memory and its appends: the block's workspace for one row (Stage2Shared), sized
+// by its thread count (the fast kernel's 128 or row_stage2_kernel's 512), and the warp-wide appends
+// that fill its lists.
+#pragma once
+
+#include <cub/block/block_scan.cuh>
+
+#include "cuda/arg_max.cuh"
+#include "cuda/stage1_chunk.cuh"
+
+namespace sonic::cuda {
+
+constexpr int32_t kGatherCap = 768;     // keys of a row's prefix sorted in shared memory
+constexpr int32_t kBoundCap = 2048;     // candidates at or above the row's bound kept in shared memory
+                                        // (3 N(0,1) logits at V = 152K have about 900)
+template <int Threads>
+constexpr int kScanItems = (kGatherCap + Threads - 1) / Threads;  // prefix keys a thread scans
+// The prefix's cumulative mass. Warp scans then the warps' totals: CUB's default (raking) has one
+// warp add Threads / 32 values a lane one after another, a longer chain in a 512-thread block.
+template <int Threads>
+using PrefixScan = cub::BlockScan<double, Threads, cub::BLOCK_SCAN_WARP_SCANS>;
+constexpr int32_t kTopKSlack = 16;   // top-k rows sort about k + kTopKSlack keys (rounding margin)
+constexpr int32_t kShortPrefixCheck = 256;  // prefixes longer than this are checked for mass first
+
+// Stage 2's shared memory for a block of Threads threads.
+template <int Threads>
+struct Stage2Shared {
+  union {
+    typename PrefixScan<Threads>::TempStorage scan;
+    ArgMaxD best[Threads / 32];  // block_best's slots
+  } temp;
+  union {
+    unsigned long long gathered[kBoundCap];  // x keys at or above the row's bound
+    struct {  // once the prefix is staged (gathered is read no more): the draw's noise, early
+      double staged_noise[kGatherCap];  // of staged[i]
+      double noise[kGatherCap];         // of sorted[i]
+      int32_t rank[kGatherCap];         // staged[i] is sorted[rank[i]]
+    } early;
+  };
+  unsigned long long sorted[kGatherCap];    // z keys, descending
+  union {
+    unsigned long long staged[kGatherCap];  // z keys of the prefix, unordered
+    double cum[kGatherCap];                 // inclusive sums of exp(z - z_max) along `sorted`
+  };
+  unsigned long long staged_x[kGatherCap];  // raw-mode ranks: the x keys of `staged`
+  unsigned long long sorted_x[kGatherCap];  // and of `sorted`
+  int32_t cand_off[kMaxChunks];             // chunk c's candidates are [cand_off[c], cand_off[c] + count)
+  int32_t chunks;
+  unsigned long long max_key;             // x keys
+  unsigned long long bound;
+  double sum_all;  // sum of exp(z - z_max) over every valid token (when stage 1 computed it)
+  double raw_sum;
+  float raw_max;
+  ArgMaxF win;
+  int32_t valid;
+  int32_t nan;
+  int32_t n_all;   // candidates of every chunk
+  int32_t n_bound; // of them at or above the row's bound
+  int32_t n;       // keys of the sorted prefix
+  int32_t at;      // index of the row's token in `sorted`
+  int32_t rank;
+  int32_t kept;
+  int32_t draft_at;  // verification: index of the row's draft token in `sorted` (-1: not kept)
+  double kept_sum;
+  int32_t hist[Threads];
+  float tau;
+  double staged_sum;  // the staged prefix's mass (gather_prefix's short-prefix check)
+};
+
+// Appends `key` where `keep` to dst[0, cap) at the shared counter *n, one atomic a warp; every lane
+// of the warp calls it together. *n counts past cap too (so that an overflow shows). With dst2,
+// key2 goes to the same place of dst2.
+__device__ __forceinline__ void warp_append(unsigned long long* dst, int* n, int cap, unsigned long long key,
+                                            bool keep, unsigned long long* dst2 = nullptr,
+                                            unsigned long long key2 = 0ull) {
+  const int lane = threadIdx.x & 31;
+  const unsigned ballot = __ballot_sync(0xFFFFFFFFu, keep);
+  if (!ballot) return;
+  int at = 0;
+  if (lane == 0) at = atomicAdd(n, __popc(ballot));
+  at = __shfl_sync(0xFFFFFFFFu, at, 0) + __popc(ballot & ((1u << lane) - 1u));
+  if (keep && at < cap) {
+    dst[at] = key;
+    if (dst2) dst2[at] = key2;
+  }
+}
+
+// Appends the lane's keys key[b] whose bit b of `keep` is set to dst[0, cap) at the shared counter
+// *n: one atomic a warp for the whole batch; every lane of the warp calls it together. *n counts
+// past cap too (so that an overflow shows).
+template <int N>
+__device__ __forceinline__ void warp_append_batch(unsigned long long* dst, int* n, int cap,
+                                                  const unsigned long long (&key)[N], unsigned keep) {
+  const int lane = threadIdx.x & 31;
+  const int mine = __popc(keep);
+  const int incl = warp_inclusive_sum(mine);
+  const int total = __shfl_sync(0xFFFFFFFFu, incl, 31);
+  if (!total) return;
+  int at = 0;
+  if (lane == 0) at = atomicAdd(n, total);
+  at = __shfl_sync(0xFFFFFFFFu, at, 0) + incl - mine;
+#pragma unroll
+  for (int b = 0; b < N; ++b)
+    if ((keep >> b) & 1u) {
+      if (at < cap) dst[at] = key[b];
+      ++at;
+    }
+}
+
+}  // namespace sonic::cuda
