@@ -4,6 +4,7 @@
 #pragma once
 
 #include "cuda/row_job.cuh"
+#include "cuda/row_kind.cuh"
 #include "cuda/stage1_chunk.cuh"
 #include "cuda/stage2_shared.cuh"
 #include "cuda/timeline.cuh"

@@ -12,6 +12,7 @@
 
 #include "common/random.hpp"
 #include "common/token_rules.hpp"
+#include "cuda/row_kind.cuh"
 #include "cuda/row_outputs.cuh"
 #include "cuda/stage1_chunk.cuh"
 #include "cuda/stage2_merge.cuh"
