@@ -40,6 +40,11 @@ set(configure_args
   -DCMAKE_BUILD_TYPE=Release
   -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
   -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF)
+# A sanitized libsonic needs its runtime first in the consumer's link too.
+if(DEFINED SONIC_SANITIZE AND NOT "${SONIC_SANITIZE}" STREQUAL "")
+  list(APPEND configure_args "-DCMAKE_CXX_FLAGS=-fsanitize=${SONIC_SANITIZE}"
+       "-DCMAKE_C_FLAGS=-fsanitize=${SONIC_SANITIZE}")
+endif()
 if(DEFINED CMAKE_MAKE_PROGRAM AND NOT "${CMAKE_MAKE_PROGRAM}" STREQUAL "")
   list(APPEND configure_args "-DCMAKE_MAKE_PROGRAM=${CMAKE_MAKE_PROGRAM}")
 endif()
