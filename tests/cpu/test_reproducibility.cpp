@@ -83,7 +83,6 @@ LogitsView view(const void* data, DType dt, int64_t rows, int64_t cols) {
 }
 
 const int32_t kDummy = 0;
-const int32_t* ptr(const std::vector<int32_t>& v) { return v.empty() ? &kDummy : v.data(); }
 
 // Small deterministic generator for test data.
 struct Lcg {

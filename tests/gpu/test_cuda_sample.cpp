@@ -257,8 +257,9 @@ int compare(const Batch& b, const HostOutputs& cpu, const HostOutputs& gpu, cons
       std::printf("  [near-tie] %s row %d: cpu token %d (kept %d) gpu token %d (kept %d): %s\n", what, r,
                   cpu.tokens[r], cpu.final_count[r], gpu.tokens[r], gpu.final_count[r], why.c_str());
       EXPECT_TRUE(ok) << "not a near-tie: " << why;
-      if (cpu.tokens[r] == gpu.tokens[r])  // same token, kept sets differ at the boundary
+      if (cpu.tokens[r] == gpu.tokens[r]) {  // same token, kept sets differ at the boundary
         EXPECT_LE(std::abs(cpu.final_count[r] - gpu.final_count[r]), 1);
+      }
       continue;
     }
     if (asked == Outputs::kTokensOnly) continue;
@@ -940,8 +941,9 @@ TEST(CudaRanks, TruncatedRowsStayOnTheFastPath) {
         const HostOutputs hc = run(cpu, b, slots, mode);
         const HostOutputs hg = run(gpu, b, slots, mode);
         near_ties += compare(b, hc, hg, "ranks", Outputs::kAll, states);
-        if (!(rules && mode == sonic::LogprobMode::kRaw))
+        if (!(rules && mode == sonic::LogprobMode::kRaw)) {
           EXPECT_EQ(gpu.exact_path_rows(), before) << "mode " << static_cast<int>(mode);
+        }
       }
       std::printf("ranks dtype=%d rules=%d: %d rows x 3 modes, %d near-tie disagreements, exact rows %llu\n",
                   static_cast<int>(dtype), rules, R, near_ties,
