@@ -23,6 +23,10 @@ targets=(--target sonic_gpu_tests)
 [[ " $steps " == *" all "* ]] && targets=()
 cmake --build build-gpu -j16 "${targets[@]}" >"$L/build.log" 2>&1 || { log "build FAILED"; grep -E "error" "$L/build.log" | head -40; exit 1; }
 log "build ok"
+# Whether this build's kernels are the ones docs/validated-sass.txt records (same nvcc only): a
+# validation of different kernels is the time to update that file.
+scripts/sass_fingerprint.sh --check build-gpu >"$L/sass.txt" 2>&1
+log "sass: $(tail -1 "$L/sass.txt")"
 
 rc=0
 [[ " $steps " == *" tests "* ]] && { run_gpu_tests build-gpu log || rc=1; }
