@@ -545,6 +545,81 @@ TEST(CudaTokenLists, ListsOfEveryLengthMatchReference) { token_lists_agree(15193
 // The same on a vocabulary that ends inside a step, small enough for the sanitizers.
 TEST(CudaTokenLists, SmallVocabulary) { token_lists_agree(3001); }
 
+// The commit of single-step calls on the device (the exact kernel's last step; agreement_on appends
+// the reference's tokens itself): each emitted token joins its slot's history until the history is
+// full, where the row gets kStatusHistoryFull, and the step advances, call after call, as the
+// reference does. Penalties make every row's next token depend on the history; rows of top-p alone
+// on flat logits take the exact path, so that both commits run (the blocks' own, and the last
+// block's after flagged rows). Slots are distinct: the GPU appends a shared slot's tokens in no
+// fixed order (docs/semantics.md).
+void device_commit_agrees(int32_t V) {
+  std::mt19937_64 rng(4242 + V);
+  const int32_t R = 16, max_history = 24, calls = 8;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  Batch b;
+  b.V = b.cols = V;
+  b.rows = R;
+  b.logits.resize(static_cast<size_t>(R) * V);
+  b.params.resize(R);
+  b.prompts.resize(R);
+  b.bitmask_index.assign(R, -1);
+  for (int32_t r = 0; r < R; ++r) {
+    const bool flat = r % 4 == 3;
+    for (int32_t t = 0; t < V; ++t) b.logits[static_cast<size_t>(r) * V + t] = (flat ? 0.05f : 3.0f) * normal(rng);
+    sonic::RequestParams& p = b.params[r];
+    p.seed = rng();
+    // Greedy; top-k and top-p; top-k and min-p; top-p alone on flat logits (the exact path). No
+    // fast-path row decides by fp32 sums, whose rounding may move a top-p boundary (SPEC.md section
+    // 4's near-ties): this test wants every token equal.
+    p.temperature = r % 4 == 0 ? 0.0f : 0.5f + u(rng);
+    if (r % 4 == 1 || r % 4 == 2) p.top_k = 1 + static_cast<int32_t>(rng() % 64);
+    if (r % 4 == 1) p.top_p = 0.7f + 0.3f * u(rng);
+    if (r % 4 == 2) p.min_p = 0.05f;
+    if (flat) p.top_p = 0.6f;
+    p.repetition_penalty = 1.5f;
+    p.frequency_penalty = 0.5f;
+    p.presence_penalty = 0.5f;
+    p.penalties_include_prompt = r % 2 == 0;
+    // 0 to 7 tokens of room; the prompt repeats the row's top tokens, so that the penalties move it.
+    b.prompts[r].resize(static_cast<size_t>(max_history - r % 8));
+    for (int32_t& t : b.prompts[r]) t = static_cast<int32_t>(rng() % 16);
+  }
+  sonic::SamplerConfig ccfg = make_config(sonic::Backend::kCpu, V, R), gcfg = make_config(sonic::Backend::kCuda, V, R);
+  ccfg.max_history = gcfg.max_history = max_history;
+  sonic::Sampler cpu(ccfg), gpu(gcfg);
+  const std::vector<int32_t> slots = scattered_slots(R);
+  for (int32_t r = 0; r < R; ++r) {
+    cpu.admit(slots[r], b.params[r], b.prompts[r].data(), static_cast<int64_t>(b.prompts[r].size()));
+    gpu.admit(slots[r], b.params[r], b.prompts[r].data(), static_cast<int64_t>(b.prompts[r].size()));
+  }
+  int full = 0;
+  for (int call = 0; call < calls; ++call) {
+    // New logits each call for the peaked rows: a penalised token can then win again later.
+    if (call > 0)
+      for (int32_t r = 0; r < R; ++r)
+        if (r % 4 != 3)
+          for (int32_t t = 0; t < V; ++t) b.logits[static_cast<size_t>(r) * V + t] = 3.0f * normal(rng);
+    const HostOutputs hc = run(cpu, b, slots, sonic::LogprobMode::kRaw, {}, Outputs::kTokensOnly);
+    const HostOutputs hg = run(gpu, b, slots, sonic::LogprobMode::kRaw, {}, Outputs::kTokensOnly);
+    for (int32_t r = 0; r < R; ++r) {
+      SCOPED_TRACE("V " + std::to_string(V) + " call " + std::to_string(call) + " row " + std::to_string(r));
+      EXPECT_EQ(hg.tokens[r], hc.tokens[r]);
+      EXPECT_EQ(hg.status[r], hc.status[r]);
+      EXPECT_EQ(gpu.step(slots[r]), cpu.step(slots[r]));
+      full += (hc.status[r] & sonic::kStatusHistoryFull) != 0;
+    }
+  }
+  std::printf("device commit V=%d: %d rows x %d calls, %d rows flagged full by the reference, exact rows %llu\n", V,
+              R, calls, full, static_cast<unsigned long long>(gpu.exact_path_rows()));
+  EXPECT_GT(full, 0) << "the case must fill some histories";
+  EXPECT_GT(gpu.exact_path_rows(), 0u) << "the case must flag rows for the exact path";
+}
+
+TEST(CudaDeviceCommit, HistoryAndStepsLikeReference) { device_commit_agrees(32000); }
+// The same at a vocabulary small enough for compute-sanitizer.
+TEST(CudaDeviceCommit, SmallVocabulary) { device_commit_agrees(3001); }
+
 // Top-p or a small min-p on flat, plateau or masked rows keeps most of the vocabulary: the fast path
 // cannot settle those rows and the exact kernel takes them, split across blocks when the call asks
 // for tokens only (the last third of the steps) and by one block otherwise; plateau rows crowd the
