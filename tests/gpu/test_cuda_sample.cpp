@@ -620,6 +620,57 @@ TEST(CudaDeviceCommit, HistoryAndStepsLikeReference) { device_commit_agrees(3200
 // The same at a vocabulary small enough for compute-sanitizer.
 TEST(CudaDeviceCommit, SmallVocabulary) { device_commit_agrees(3001); }
 
+// A slot named by two rows of a call (docs/semantics.md): both rows read the slot as it was at the
+// call's start, both tokens join its history and its step advances twice, so the next call's
+// penalties count both. Histories with room to spare (the order of a shared slot's appends on the
+// GPU is not fixed, which matters only when it fills up). Rows r and r + 6 share slot r; slot 5's
+// rows are top-p alone on flat logits (the exact path and the last block's commit).
+TEST(CudaDeviceCommit, SlotNamedTwiceLikeReference) {
+  constexpr int32_t V = 3001, R = 12, kSlots = 6, calls = 6;
+  std::mt19937_64 rng(9090);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Batch b;
+  b.V = b.cols = V;
+  b.rows = R;
+  b.logits.resize(static_cast<size_t>(R) * V);
+  b.params.resize(R);
+  b.prompts.resize(R);
+  b.bitmask_index.assign(R, -1);
+  std::vector<int32_t> slots(R);
+  for (int32_t r = 0; r < R; ++r) slots[r] = r % kSlots;
+  for (int32_t s = 0; s < kSlots; ++s) {
+    sonic::RequestParams& p = b.params[s];
+    p.seed = rng();
+    p.temperature = s % 2 == 0 ? 0.0f : 0.8f;
+    if (s % 2 == 1 && s != 5) p.top_k = 20;
+    if (s == 5) p.top_p = 0.6f;
+    p.presence_penalty = 4.0f;  // a token emitted once seldom wins again
+    p.frequency_penalty = 1.0f;
+    b.prompts[s] = {static_cast<int32_t>(rng() % V), static_cast<int32_t>(rng() % V)};
+  }
+  for (int32_t r = kSlots; r < R; ++r) b.params[r] = b.params[r - kSlots], b.prompts[r] = b.prompts[r - kSlots];
+  sonic::SamplerConfig ccfg = make_config(sonic::Backend::kCpu, V, R), gcfg = make_config(sonic::Backend::kCuda, V, R);
+  sonic::Sampler cpu(ccfg), gpu(gcfg);
+  for (int32_t s = 0; s < kSlots; ++s) {
+    cpu.admit(s, b.params[s], b.prompts[s].data(), static_cast<int64_t>(b.prompts[s].size()));
+    gpu.admit(s, b.params[s], b.prompts[s].data(), static_cast<int64_t>(b.prompts[s].size()));
+  }
+  for (int call = 0; call < calls; ++call) {
+    for (int32_t r = 0; r < R; ++r)
+      for (int32_t t = 0; t < V; ++t) b.logits[static_cast<size_t>(r) * V + t] = (r % kSlots == 5 ? 0.05f : 2.0f) * normal(rng);
+    const HostOutputs hc = run(cpu, b, slots, sonic::LogprobMode::kRaw, {}, Outputs::kTokensOnly);
+    const HostOutputs hg = run(gpu, b, slots, sonic::LogprobMode::kRaw, {}, Outputs::kTokensOnly);
+    for (int32_t r = 0; r < R; ++r) {
+      SCOPED_TRACE("call " + std::to_string(call) + " row " + std::to_string(r));
+      EXPECT_EQ(hg.tokens[r], hc.tokens[r]);
+      EXPECT_EQ(hg.status[r], hc.status[r]);
+    }
+    for (int32_t s = 0; s < kSlots; ++s) EXPECT_EQ(gpu.step(s), cpu.step(s)) << "slot " << s;
+  }
+  EXPECT_EQ(cpu.step(0), b.params[0].initial_step + 2 * calls);
+  EXPECT_GT(gpu.exact_path_rows(), 0u) << "slot 5's rows must take the exact path";
+}
+
 // Top-p or a small min-p on flat, plateau or masked rows keeps most of the vocabulary: the fast path
 // cannot settle those rows and the exact kernel takes them, split across blocks when the call asks
 // for tokens only (the last third of the steps) and by one block otherwise; plateau rows crowd the
