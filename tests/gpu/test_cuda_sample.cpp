@@ -552,11 +552,8 @@ TEST(CudaTokenLists, SmallVocabulary) { token_lists_agree(3001); }
 // on flat logits take the exact path, so that both commits run (the blocks' own, and the last
 // block's after flagged rows). Slots are distinct: the GPU appends a shared slot's tokens in no
 // fixed order (docs/semantics.md).
-void device_commit_agrees(int32_t V) {
-  std::mt19937_64 rng(4242 + V);
-  const int32_t R = 16, max_history = 24, calls = 8;
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+// An fp32 batch of R rows of V tokens, no bitmask, default parameters, logits to be filled.
+Batch plain_batch(int32_t V, int32_t R) {
   Batch b;
   b.V = b.cols = V;
   b.rows = R;
@@ -564,6 +561,29 @@ void device_commit_agrees(int32_t V) {
   b.params.resize(R);
   b.prompts.resize(R);
   b.bitmask_index.assign(R, -1);
+  return b;
+}
+
+// One call of batch b on both backends with the default options (so the device commits), tokens and
+// statuses compared row by row; returns the reference's outputs.
+HostOutputs commit_call_agrees(sonic::Sampler& cpu, sonic::Sampler& gpu, const Batch& b,
+                               const std::vector<int32_t>& slots, const std::string& where) {
+  const HostOutputs hc = run(cpu, b, slots, sonic::LogprobMode::kRaw, {}, Outputs::kTokensOnly);
+  const HostOutputs hg = run(gpu, b, slots, sonic::LogprobMode::kRaw, {}, Outputs::kTokensOnly);
+  for (int32_t r = 0; r < b.rows; ++r) {
+    SCOPED_TRACE(where + " row " + std::to_string(r));
+    EXPECT_EQ(hg.tokens[r], hc.tokens[r]);
+    EXPECT_EQ(hg.status[r], hc.status[r]);
+  }
+  return hc;
+}
+
+void device_commit_agrees(int32_t V) {
+  std::mt19937_64 rng(4242 + V);
+  const int32_t R = 16, max_history = 24, calls = 8;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  Batch b = plain_batch(V, R);
   for (int32_t r = 0; r < R; ++r) {
     const bool flat = r % 4 == 3;
     for (int32_t t = 0; t < V; ++t) b.logits[static_cast<size_t>(r) * V + t] = (flat ? 0.05f : 3.0f) * normal(rng);
@@ -600,13 +620,10 @@ void device_commit_agrees(int32_t V) {
       for (int32_t r = 0; r < R; ++r)
         if (r % 4 != 3)
           for (int32_t t = 0; t < V; ++t) b.logits[static_cast<size_t>(r) * V + t] = 3.0f * normal(rng);
-    const HostOutputs hc = run(cpu, b, slots, sonic::LogprobMode::kRaw, {}, Outputs::kTokensOnly);
-    const HostOutputs hg = run(gpu, b, slots, sonic::LogprobMode::kRaw, {}, Outputs::kTokensOnly);
+    const HostOutputs hc =
+        commit_call_agrees(cpu, gpu, b, slots, "V " + std::to_string(V) + " call " + std::to_string(call));
     for (int32_t r = 0; r < R; ++r) {
-      SCOPED_TRACE("V " + std::to_string(V) + " call " + std::to_string(call) + " row " + std::to_string(r));
-      EXPECT_EQ(hg.tokens[r], hc.tokens[r]);
-      EXPECT_EQ(hg.status[r], hc.status[r]);
-      EXPECT_EQ(gpu.step(slots[r]), cpu.step(slots[r]));
+      EXPECT_EQ(gpu.step(slots[r]), cpu.step(slots[r])) << "call " << call << " row " << r;
       full += (hc.status[r] & sonic::kStatusHistoryFull) != 0;
     }
   }
@@ -629,13 +646,7 @@ TEST(CudaDeviceCommit, SlotNamedTwiceLikeReference) {
   constexpr int32_t V = 3001, R = 12, kSlots = 6, calls = 6;
   std::mt19937_64 rng(9090);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  Batch b;
-  b.V = b.cols = V;
-  b.rows = R;
-  b.logits.resize(static_cast<size_t>(R) * V);
-  b.params.resize(R);
-  b.prompts.resize(R);
-  b.bitmask_index.assign(R, -1);
+  Batch b = plain_batch(V, R);
   std::vector<int32_t> slots(R);
   for (int32_t r = 0; r < R; ++r) slots[r] = r % kSlots;
   for (int32_t s = 0; s < kSlots; ++s) {
@@ -658,13 +669,7 @@ TEST(CudaDeviceCommit, SlotNamedTwiceLikeReference) {
   for (int call = 0; call < calls; ++call) {
     for (int32_t r = 0; r < R; ++r)
       for (int32_t t = 0; t < V; ++t) b.logits[static_cast<size_t>(r) * V + t] = (r % kSlots == 5 ? 0.05f : 2.0f) * normal(rng);
-    const HostOutputs hc = run(cpu, b, slots, sonic::LogprobMode::kRaw, {}, Outputs::kTokensOnly);
-    const HostOutputs hg = run(gpu, b, slots, sonic::LogprobMode::kRaw, {}, Outputs::kTokensOnly);
-    for (int32_t r = 0; r < R; ++r) {
-      SCOPED_TRACE("call " + std::to_string(call) + " row " + std::to_string(r));
-      EXPECT_EQ(hg.tokens[r], hc.tokens[r]);
-      EXPECT_EQ(hg.status[r], hc.status[r]);
-    }
+    commit_call_agrees(cpu, gpu, b, slots, "call " + std::to_string(call));
     for (int32_t s = 0; s < kSlots; ++s) EXPECT_EQ(gpu.step(s), cpu.step(s)) << "slot " << s;
   }
   EXPECT_EQ(cpu.step(0), b.params[0].initial_step + 2 * calls);
