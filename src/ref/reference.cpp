@@ -8,6 +8,7 @@
 
 #include "common/random.hpp"
 #include "common/token_rules.hpp"
+#include "ref/sort_keys.hpp"
 
 namespace sonic::ref {
 
@@ -15,17 +16,6 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kPosInf = std::numeric_limits<float>::infinity();
-
-int32_t count_in(const std::unordered_map<int32_t, int32_t>& m, int32_t t) {
-  const auto it = m.find(t);
-  return it == m.end() ? 0 : it->second;
-}
-
-// Positions of ids in the order sorted by (score descending, id ascending).
-bool before(const std::vector<float>& score, int32_t a, int32_t b) {
-  if (score[a] != score[b]) return score[a] > score[b];
-  return a < b;
-}
 
 }  // namespace
 
@@ -67,9 +57,16 @@ std::vector<float> processed_logits(const float* logits, const RowContext& ctx, 
   std::vector<float> bias(V, 0.0f);
   for (const auto& [t, b] : p.logit_bias) bias[t] = b;
   const detail::Penalties pen{p.repetition_penalty, p.frequency_penalty, p.presence_penalty};
+  // The counts spread over the vocabulary (a hash lookup a token cost more than the rest of the row);
+  // ids outside it count for no token, as in a lookup.
+  std::vector<int32_t> prompt_count(V, 0), output_count(V, 0);
+  for (const auto& [t, c] : ctx.counts->prompt)
+    if (t >= 0 && t < V) prompt_count[t] = c;
+  for (const auto& [t, c] : ctx.counts->output)
+    if (t >= 0 && t < V) output_count[t] = c;
   for (int32_t t = 0; t < V; ++t) {
-    const int32_t in_prompt = count_in(ctx.counts->prompt, t);
-    const int32_t in_output = count_in(ctx.counts->output, t);
+    const int32_t in_prompt = prompt_count[t];
+    const int32_t in_output = output_count[t];
     const bool rep_scope = p.repetition_output_only ? in_output > 0 : in_prompt + in_output > 0;
     const int32_t count = in_output + (p.penalties_include_prompt ? in_prompt : 0);
     x[t] = detail::adjust_logit(x[t], bias[t], rep_scope, count, pen);
@@ -84,10 +81,15 @@ std::vector<float> tempered(const std::vector<float>& x, float temperature) {
 }
 
 std::vector<int32_t> order_tokens(const std::vector<float>& score) {
-  std::vector<int32_t> ids;
+  // pack_key's order is exactly (score descending, id ascending), -0 and +0 equal: sorting the keys
+  // gives the order a comparator sort would.
+  std::vector<uint64_t> keys, scratch;
+  keys.reserve(score.size());
   for (int32_t t = 0; t < static_cast<int32_t>(score.size()); ++t)
-    if (score[t] > kNegInf) ids.push_back(t);
-  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return before(score, a, b); });
+    if (score[t] > kNegInf) keys.push_back(detail::pack_key(score[t], t));
+  sort_keys_descending(keys, scratch);
+  std::vector<int32_t> ids(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) ids[i] = detail::key_token(keys[i]);
   return ids;
 }
 

@@ -1,5 +1,5 @@
-// The CPU reference: SPEC.md made executable, one row at a time. Plain and untuned: it is the
-// oracle the GPU tests trust. Sums and probabilities are in double; per-token arithmetic comes from
+// The CPU reference: SPEC.md made executable, one row at a time. Plain, since it is the oracle the
+// GPU tests trust; only the sort of a row is tuned (sort_keys.hpp), to the same order. Sums and probabilities are in double; per-token arithmetic comes from
 // the shared headers in src/common so that it rounds exactly as the kernels do.
 #pragma once
 

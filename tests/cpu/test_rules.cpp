@@ -9,12 +9,14 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <set>
 #include <vector>
 
 #include "common/random.hpp"
 #include "common/token_rules.hpp"
 #include "ref/reference.hpp"
+#include "ref/sort_keys.hpp"
 #include "sonic/sampler.hpp"
 
 namespace {
@@ -1586,6 +1588,47 @@ TEST(Rules, SparseFinalDistributionOverflow) {
     for (int i = 0; i < 8; ++i) {
       EXPECT_EQ(o.final_ids[i], -1);
       EXPECT_EQ(o.final_probs[i], 0.0f);
+    }
+  }
+}
+
+TEST(Rules, OrderTokensIsTheComparatorSort) {
+  // order_tokens sorts packed keys (sort_keys.hpp); it must give exactly the order of a comparator
+  // sort by (score descending, id ascending, -0 == +0), -inf dropped, on rows with ties, signed
+  // zeros, infinities and sizes on both sides of the radix sort's small-row cut (256).
+  std::mt19937_64 gen(11);
+  for (const int n : {1, 2, 255, 256, 257, 3001, 40000, 151936}) {
+    for (int shape = 0; shape < 4; ++shape) {
+      std::normal_distribution<float> normal(0.0f, 3.0f);
+      std::vector<float> score(static_cast<size_t>(n));
+      for (float& v : score) {
+        v = normal(gen);
+        if (shape == 1) v = std::round(v * 4.0f) / 4.0f;  // many ties
+        if (shape == 2) v = gen() % 4 == 0 ? 0.0f : (gen() % 4 == 0 ? -0.0f : v);
+        if (shape == 3) v = gen() % 5 == 0 ? -kInf : (gen() % 7 == 0 ? kInf : v);
+      }
+      std::vector<int32_t> want;
+      for (int32_t t = 0; t < n; ++t)
+        if (score[t] > -kInf) want.push_back(t);
+      std::sort(want.begin(), want.end(), [&](int32_t a, int32_t b) {
+        return score[a] != score[b] ? score[a] > score[b] : a < b;
+      });
+      EXPECT_EQ(ref::order_tokens(score), want) << "n = " << n << ", shape " << shape;
+    }
+  }
+}
+
+TEST(Rules, SortKeysDescendingOnEveryDigit) {
+  // Keys that differ in every radix digit, and keys that share all but the lowest bits.
+  std::mt19937_64 gen(12);
+  for (const uint64_t high : {uint64_t{0}, uint64_t{0xABCDEF0123456789ull} & ~uint64_t{0xFFFF}}) {
+    for (const size_t n : {size_t{3}, size_t{300}, size_t{5000}}) {
+      std::set<uint64_t> distinct;
+      while (distinct.size() < n) distinct.insert(high ? high | (gen() & 0xFFFF) : gen());
+      std::vector<uint64_t> keys(distinct.begin(), distinct.end()), scratch;
+      std::shuffle(keys.begin(), keys.end(), gen);
+      ref::sort_keys_descending(keys, scratch);
+      EXPECT_TRUE(std::equal(keys.begin(), keys.end(), distinct.rbegin())) << "n = " << n;
     }
   }
 }
