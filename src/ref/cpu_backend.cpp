@@ -87,6 +87,7 @@ class CpuBackend final : public SamplerBackend {
               const SampleOutputs& out, const CallOptions& options) override {
     // Each row writes its own outputs; the slot it updates and the tokens it emits are kept here.
     std::vector<SlotUpdate> row_updates(static_cast<size_t>(logits.rows));
+    const bool with_logprobs = out.logprob || out.rank || out.top_ids;
     ref::parallel_for(logits.rows, threads_, [&](int64_t r) {
       int32_t status = 0;
       const int32_t slot = slot_ids ? slot_ids[r] : static_cast<int32_t>(r);
@@ -98,7 +99,7 @@ class CpuBackend final : public SamplerBackend {
         const ref::TokenCounts counts = ref::count_tokens(s.prompt, s.output);
         const std::vector<float> x = logits_row(logits, r);
         const ref::RowContext ctx{&s.params, &counts, mask_row, config_.vocab_size, s.step, 0};
-        res = ref::sample_row(x.data(), ctx, options.logprob_mode);
+        res = ref::sample_row(x.data(), ctx, options.logprob_mode, with_logprobs);
         status = res.status;
       } else {
         status = kStatusInvalidInput;

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <limits>
 
@@ -80,13 +82,18 @@ std::vector<float> tempered(const std::vector<float>& x, float temperature) {
   return z;
 }
 
-std::vector<int32_t> order_tokens(const std::vector<float>& score) {
+std::vector<int32_t> order_tokens(const std::vector<float>& score, size_t limit) {
   // pack_key's order is exactly (score descending, id ascending), -0 and +0 equal: sorting the keys
   // gives the order a comparator sort would.
   std::vector<uint64_t> keys, scratch;
   keys.reserve(score.size());
   for (int32_t t = 0; t < static_cast<int32_t>(score.size()); ++t)
     if (score[t] > kNegInf) keys.push_back(detail::pack_key(score[t], t));
+  if (limit < keys.size()) {  // the largest `limit` keys first, then only they are sorted
+    std::nth_element(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(limit), keys.end(),
+                     std::greater<uint64_t>());
+    keys.resize(limit);
+  }
   sort_keys_descending(keys, scratch);
   std::vector<int32_t> ids(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) ids[i] = detail::key_token(keys[i]);
@@ -154,10 +161,15 @@ size_t top_p_prefix(const std::vector<double>& probs, double p) {
 }  // namespace
 
 Distribution kept_distribution(const std::vector<float>& z, const RequestParams& params) {
-  const std::vector<int32_t> order = order_tokens(z);
+  const int32_t V = static_cast<int32_t>(z.size());
+  // Every step keeps a prefix of the order, and top-k keeps at most k; only the joint top-p rule
+  // sums over every token (in the order), so the others need the first k alone.
+  const bool top_k_on = params.top_k > 0 && params.top_k < V;
+  const bool joint = params.top_p < 1.0f && params.top_p_joint;
+  const std::vector<int32_t> order =
+      order_tokens(z, top_k_on && !joint ? static_cast<size_t>(params.top_k) : SIZE_MAX);
   Distribution d;
   if (order.empty()) return d;
-  const int32_t V = static_cast<int32_t>(z.size());
   size_t keep = order.size();
 
   // Step 6, min-p: z_t >= z_max + ln(min_p). Every step below keeps a prefix of the order.
@@ -168,7 +180,7 @@ Distribution kept_distribution(const std::vector<float>& z, const RequestParams&
     keep = std::max<size_t>(n, 1);
   }
   // Step 7, top-k: the first k of the survivors.
-  if (params.top_k > 0 && params.top_k < V) keep = std::min<size_t>(keep, params.top_k);
+  if (top_k_on) keep = std::min<size_t>(keep, params.top_k);
   // Step 8, top-p.
   if (params.top_p < 1.0f) {
     const double p = params.top_p;
@@ -292,17 +304,18 @@ int32_t draw_row(const EvaluatedRow& e, const RowContext& ctx, detail::Draw kind
 
 }  // namespace
 
-RowResult sample_row(const float* logits, const RowContext& ctx, LogprobMode mode) {
+RowResult sample_row(const float* logits, const RowContext& ctx, LogprobMode mode, bool with_logprobs) {
   const EvaluatedRow e = evaluate_row(logits, ctx);
   RowResult r;
   r.status = e.status;
   r.token = draw_row(e, ctx, detail::Draw::kSampling, ctx.position);
+  r.final_dist = e.scores.final_dist;
+  if (!with_logprobs) return r;
   LogprobResult lp = logprobs_for(e.scores, r.token, mode, ctx.params->top_logprobs);
   r.logprob = lp.logprob;
   r.rank = lp.rank;
   r.top_ids = std::move(lp.top_ids);
   r.top_logprobs = std::move(lp.top_logprobs);
-  r.final_dist = e.scores.final_dist;
   return r;
 }
 

@@ -3,6 +3,7 @@
 // the shared headers in src/common so that it rounds exactly as the kernels do.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
@@ -42,8 +43,9 @@ struct Distribution {
   std::vector<double> probs;   // sums to 1 (empty when no token is valid)
 };
 
-// All tokens with score > -inf in the total order (score descending, id ascending).
-std::vector<int32_t> order_tokens(const std::vector<float>& score);
+// The tokens with score > -inf in the total order (score descending, id ascending): all of them,
+// or the first `limit`.
+std::vector<int32_t> order_tokens(const std::vector<float>& score, size_t limit = SIZE_MAX);
 
 // softmax over the given tokens' scores, in double; +inf scores share the mass equally.
 std::vector<double> softmax_over(const std::vector<float>& score, const std::vector<int32_t>& ids);
@@ -73,8 +75,9 @@ struct RowResult {
   Distribution final_dist;            // the kept set (greedy rows: the token alone)
 };
 
-// The full single-step pipeline for one row (SPEC.md section 2).
-RowResult sample_row(const float* logits, const RowContext& ctx, LogprobMode mode);
+// The full single-step pipeline for one row (SPEC.md section 2). Without with_logprobs, logprob,
+// rank and the top-N are left as constructed (a call that asks for none of them skips their sort).
+RowResult sample_row(const float* logits, const RowContext& ctx, LogprobMode mode, bool with_logprobs = true);
 
 // The logprob outputs of the given token under one row's distribution in a mode.
 struct LogprobResult {

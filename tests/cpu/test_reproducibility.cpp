@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "common/random.hpp"
@@ -33,8 +34,9 @@ struct RowOut {
   std::vector<float> final_probs;
 };
 
+// Every output asked for, or (with_logprobs false) all but the logprob, rank and top-N.
 std::vector<RowOut> run_sample(Sampler& s, const LogitsView& lv, const int32_t* slots,
-                               const CallOptions& opt) {
+                               const CallOptions& opt, bool with_logprobs = true) {
   const SamplerConfig& c = s.config();
   const int64_t rows = lv.rows;
   const int64_t ts = std::max<int64_t>(1, c.max_top_logprobs);
@@ -55,6 +57,7 @@ std::vector<RowOut> run_sample(Sampler& s, const LogitsView& lv, const int32_t* 
   out.final_probs = final_probs.data();
   out.final_count = final_count.data();
   out.final_stride = fs;
+  if (!with_logprobs) out.logprob = nullptr, out.rank = nullptr, out.top_ids = nullptr, out.top_logprobs = nullptr;
   s.sample(lv, slots, BitmaskView{}, out, opt);
   std::vector<RowOut> res(rows);
   for (int64_t r = 0; r < rows; ++r) {
@@ -245,6 +248,57 @@ TEST(Reproducibility, IndependentOfBatchPositionSlotAndDtype) {
       EXPECT_LT(results[0][c].token, vocab);
     }
   }
+}
+
+TEST(Reproducibility, LogprobOutputsChangeNothingElse) {
+  // A call that asks for no logprob, rank or top-N skips their computation (and, for top-k rows
+  // without the joint rule, orders only the first k tokens): tokens, statuses, final distributions
+  // and the next calls' state must be those of a call that asks for everything, and the outputs it
+  // did not ask for stay untouched. Rows of every kind; V above the reference's radix cut (256).
+  const int32_t vocab = 300, rows = 8, kCalls = 4;
+  std::vector<RequestParams> params(rows);
+  params[0].temperature = 0.0f;
+  params[1].top_k = 20;
+  params[2].top_k = 40, params[2].top_p = 0.8f;
+  params[3].top_k = 40, params[3].top_p = 0.8f, params[3].top_p_joint = true;
+  params[4].top_k = 30, params[4].min_p = 0.05f, params[4].repetition_penalty = 1.3f;
+  params[5].top_p = 0.9f;
+  params[6].min_p = 0.1f, params[6].frequency_penalty = 0.5f;
+  params[7].top_k = 500;  // past V: disabled
+  for (int32_t r = 0; r < rows; ++r) {
+    params[r].seed = 100 + r;
+    params[r].top_logprobs = 5;
+  }
+  const std::vector<int32_t> prompt = {3, 5, 5, 9, 250};
+  Sampler all(config(vocab, rows, rows)), some(config(vocab, rows, rows));
+  for (int32_t r = 0; r < rows; ++r) {
+    all.admit(r, params[r], prompt.data(), static_cast<int64_t>(prompt.size()));
+    some.admit(r, params[r], prompt.data(), static_cast<int64_t>(prompt.size()));
+  }
+  Lcg g(5);
+  for (int c = 0; c < kCalls; ++c) {
+    std::vector<float> logits;
+    for (int32_t r = 0; r < rows; ++r) {
+      const std::vector<float> row = representable_row(g, vocab);
+      logits.insert(logits.end(), row.begin(), row.end());
+    }
+    const LogitsView lv = view(logits.data(), DType::kF32, rows, vocab);
+    const std::vector<RowOut> a = run_sample(all, lv, nullptr, {});
+    const std::vector<RowOut> b = run_sample(some, lv, nullptr, {}, false);
+    for (int32_t r = 0; r < rows; ++r) {
+      SCOPED_TRACE("call " + std::to_string(c) + ", row " + std::to_string(r));
+      EXPECT_EQ(a[r].token, b[r].token);
+      EXPECT_EQ(a[r].status, b[r].status);
+      EXPECT_EQ(a[r].final_count, b[r].final_count);
+      EXPECT_EQ(a[r].final_ids, b[r].final_ids);
+      EXPECT_EQ(a[r].final_probs, b[r].final_probs);
+      EXPECT_EQ(b[r].logprob, 777.0f);
+      EXPECT_EQ(b[r].rank, 0x5EED);
+      EXPECT_EQ(b[r].top_ids, std::vector<int32_t>(b[r].top_ids.size(), 0x5EED));
+      EXPECT_EQ(a[r].top_ids.size(), 5u);
+    }
+  }
+  for (int32_t r = 0; r < rows; ++r) EXPECT_EQ(all.step(r), some.step(r));
 }
 
 TEST(Reproducibility, StepAdvancingChangesTheNoise) {
