@@ -141,6 +141,7 @@ class CpuBackend final : public SamplerBackend {
       ref::VerifyResult res;
     };
     std::vector<RequestWork> work(static_cast<size_t>(in.num_requests));
+    const bool with_logprobs = out.logprob || out.rank || out.top_ids;
     ref::parallel_for(in.num_requests, threads_, [&](int64_t b) {
       RequestWork& w = work[static_cast<size_t>(b)];
       w.slot = in.slots ? in.slots[b] : static_cast<int32_t>(b);
@@ -152,6 +153,7 @@ class CpuBackend final : public SamplerBackend {
       std::vector<std::vector<float>> rows;  // req.rows point into it
       w.ok = rows_ok && slot_is_active(w.slot) &&
              build_request(logits, in, bitmask, static_cast<int32_t>(b), w.slot, &req, &rows);
+      req.with_logprobs = with_logprobs;
       if (w.ok) w.res = ref::verify_request(req, options.logprob_mode);
     });
     std::vector<SlotUpdate> updates;

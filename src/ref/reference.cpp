@@ -344,7 +344,8 @@ VerifyResult verify_request(const VerifyRequest& req, LogprobMode mode) {
 
   auto emit = [&](int32_t j, int32_t token) {
     out.tokens.push_back(token);
-    out.logprobs.push_back(logprobs_for(rows[j].scores, token, mode, p.top_logprobs));
+    out.logprobs.push_back(req.with_logprobs ? logprobs_for(rows[j].scores, token, mode, p.top_logprobs)
+                                             : LogprobResult{});
   };
 
   const bool greedy = p.temperature == 0.0f;

@@ -123,6 +123,7 @@ struct VerifyRequest {
   VerifyRule rule = VerifyRule::kOneHot;
   std::vector<const float*> q_dense;           // n rows when rule is kDenseDraftProbs
   std::vector<SparseProbs> q_sparse;           // n lists when rule is kSparseDraftProbs
+  bool with_logprobs = true;                   // false: VerifyResult::logprobs left as constructed
 };
 
 struct VerifyResult {

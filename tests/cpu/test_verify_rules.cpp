@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "common/random.hpp"
@@ -63,8 +64,9 @@ struct VResult {
   std::vector<std::vector<std::vector<float>>> top_lp;
 };
 
+// Every output asked for, or (with_logprobs false) all but the logprobs, ranks and top-N.
 VResult run_verify(Sampler& s, const VCall& c, LogprobMode mode = LogprobMode::kRaw,
-                   CallOptions opt = {}) {
+                   CallOptions opt = {}, bool with_logprobs = true) {
   const int32_t B = static_cast<int32_t>(c.cu_rows.size()) - 1;
   const int64_t rows = static_cast<int64_t>(c.rows.size());
   std::vector<float> logits;
@@ -118,6 +120,7 @@ VResult run_verify(Sampler& s, const VCall& c, LogprobMode mode = LogprobMode::k
   out.top_ids = top_ids.data();
   out.top_logprobs = top_lp.data();
   out.top_stride = top;
+  if (!with_logprobs) out.logprob = nullptr, out.rank = nullptr, out.top_ids = nullptr, out.top_logprobs = nullptr;
   opt.logprob_mode = mode;
   s.verify(lv, in, bm, out, opt);
   VResult r;
@@ -910,6 +913,45 @@ TEST(VerifyRules, LogprobsOfEmittedTokens) {
     }
     for (int j = 0; j < 3; ++j) EXPECT_EQ(r.rank[0][j], 1);
   }
+}
+
+TEST(VerifyRules, LogprobOutputsChangeNothingElse) {
+  // A call that asks for no logprob, rank or top-N skips them: tokens, acceptances, statuses and
+  // the next call's state are those of a call that asks for everything, and the outputs it did not
+  // ask for stay untouched. Greedy, one-hot and dense requests, draws that accept and reject.
+  RequestParams g = greedy(), r1 = random_req(21), r2 = random_req(22, 0.7f);
+  g.top_logprobs = r1.top_logprobs = r2.top_logprobs = 3;
+  r2.top_k = 3;
+  Sampler all(config()), some(config());
+  for (Sampler* s : {&all, &some}) {
+    s->admit(0, g, &kDummy, 0);
+    s->admit(1, r1, &kDummy, 0);
+    s->admit(2, r2, &kDummy, 0);
+  }
+  VCall c;
+  c.rows = {peak(1), peak(2), uniform4(), uniform4(), uniform4(), peak(3, 1.0f), peak(6, 2.0f)};
+  c.cu_rows = {0, 2, 5, 7};
+  c.drafts = {1, 0, 1, 3};
+  c.rules = {static_cast<int32_t>(VerifyRule::kOneHot), static_cast<int32_t>(VerifyRule::kOneHot),
+             static_cast<int32_t>(VerifyRule::kDenseDraftProbs)};
+  c.dense.assign(4 * kV, 0.0f);
+  c.dense[3 * kV + 3] = 1.0f;  // accepted with probability p(3) = 0.68, else the residual
+  std::set<int32_t> outcomes;  // request 2's accepted count and first token, over the calls
+  for (int call = 0; call < 8; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    const VResult a = run_verify(all, c), b = run_verify(some, c, LogprobMode::kRaw, {}, false);
+    EXPECT_EQ(a.tokens, b.tokens);
+    outcomes.insert(a.num_accepted[2] * kV + a.tokens[2][0]);
+    EXPECT_EQ(a.num_accepted, b.num_accepted);
+    EXPECT_EQ(a.status, b.status);
+    for (size_t q = 0; q < b.logprob.size(); ++q) {
+      EXPECT_EQ(b.logprob[q], std::vector<float>(kStride, 777.0f));
+      EXPECT_EQ(b.rank[q], std::vector<int32_t>(kStride, 0x5EED));
+      EXPECT_NE(a.logprob[q][0], 777.0f);
+    }
+  }
+  EXPECT_GE(outcomes.size(), 2u);  // the dense draft was both accepted and rejected
+  for (int32_t slot = 0; slot < 3; ++slot) EXPECT_EQ(all.step(slot), some.step(slot));
 }
 
 }  // namespace
