@@ -304,7 +304,8 @@ int32_t draw_row(const EvaluatedRow& e, const RowContext& ctx, detail::Draw kind
 
 }  // namespace
 
-RowResult sample_row(const float* logits, const RowContext& ctx, LogprobMode mode, bool with_logprobs) {
+RowResult sample_row(const float* logits, const RowContext& ctx, LogprobMode mode,
+                     bool with_logprobs) {
   const EvaluatedRow e = evaluate_row(logits, ctx);
   RowResult r;
   r.status = e.status;

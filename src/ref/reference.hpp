@@ -1,6 +1,7 @@
 // The CPU reference: SPEC.md made executable, one row at a time. Plain, since it is the oracle the
-// GPU tests trust; only the sort of a row is tuned (sort_keys.hpp), to the same order. Sums and probabilities are in double; per-token arithmetic comes from
-// the shared headers in src/common so that it rounds exactly as the kernels do.
+// GPU tests trust; only the sort of a row is tuned (sort_keys.hpp), to the same order. Sums and
+// probabilities are in double; per-token arithmetic comes from the shared headers in src/common so
+// that it rounds exactly as the kernels do.
 #pragma once
 
 #include <cstddef>
@@ -77,7 +78,8 @@ struct RowResult {
 
 // The full single-step pipeline for one row (SPEC.md section 2). Without with_logprobs, logprob,
 // rank and the top-N are left as constructed (a call that asks for none of them skips their sort).
-RowResult sample_row(const float* logits, const RowContext& ctx, LogprobMode mode, bool with_logprobs = true);
+RowResult sample_row(const float* logits, const RowContext& ctx, LogprobMode mode,
+                     bool with_logprobs = true);
 
 // The logprob outputs of the given token under one row's distribution in a mode.
 struct LogprobResult {

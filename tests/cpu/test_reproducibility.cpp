@@ -57,7 +57,12 @@ std::vector<RowOut> run_sample(Sampler& s, const LogitsView& lv, const int32_t* 
   out.final_probs = final_probs.data();
   out.final_count = final_count.data();
   out.final_stride = fs;
-  if (!with_logprobs) out.logprob = nullptr, out.rank = nullptr, out.top_ids = nullptr, out.top_logprobs = nullptr;
+  if (!with_logprobs) {
+    out.logprob = nullptr;
+    out.rank = nullptr;
+    out.top_ids = nullptr;
+    out.top_logprobs = nullptr;
+  }
   s.sample(lv, slots, BitmaskView{}, out, opt);
   std::vector<RowOut> res(rows);
   for (int64_t r = 0; r < rows; ++r) {

@@ -120,7 +120,12 @@ VResult run_verify(Sampler& s, const VCall& c, LogprobMode mode = LogprobMode::k
   out.top_ids = top_ids.data();
   out.top_logprobs = top_lp.data();
   out.top_stride = top;
-  if (!with_logprobs) out.logprob = nullptr, out.rank = nullptr, out.top_ids = nullptr, out.top_logprobs = nullptr;
+  if (!with_logprobs) {
+    out.logprob = nullptr;
+    out.rank = nullptr;
+    out.top_ids = nullptr;
+    out.top_logprobs = nullptr;
+  }
   opt.logprob_mode = mode;
   s.verify(lv, in, bm, out, opt);
   VResult r;
