@@ -160,14 +160,16 @@ size_t top_p_prefix(const std::vector<double>& probs, double p) {
 
 }  // namespace
 
-Distribution kept_distribution(const std::vector<float>& z, const RequestParams& params) {
+Distribution kept_distribution(const std::vector<float>& z, const RequestParams& params,
+                               std::vector<int32_t>* whole_order) {
   const int32_t V = static_cast<int32_t>(z.size());
   // Every step keeps a prefix of the order, and top-k keeps at most k; only the joint top-p rule
   // sums over every token (in the order), so the others need the first k alone.
   const bool top_k_on = params.top_k > 0 && params.top_k < V;
   const bool joint = params.top_p < 1.0f && params.top_p_joint;
-  const std::vector<int32_t> order =
-      order_tokens(z, top_k_on && !joint ? static_cast<size_t>(params.top_k) : SIZE_MAX);
+  const bool whole = !top_k_on || joint;
+  std::vector<int32_t> order = order_tokens(z, whole ? SIZE_MAX : static_cast<size_t>(params.top_k));
+  if (whole_order) whole_order->clear();
   Distribution d;
   if (order.empty()) return d;
   size_t keep = order.size();
@@ -193,6 +195,7 @@ Distribution kept_distribution(const std::vector<float>& z, const RequestParams&
   }
   d.ids.assign(order.begin(), order.begin() + keep);
   d.probs = softmax_over(z, d.ids);
+  if (whole && whole_order) *whole_order = std::move(order);
   return d;
 }
 
@@ -242,7 +245,8 @@ LogprobResult logprobs_for(const RowScores& scores, int32_t token, LogprobMode m
     logp = scores.greedy ? std::vector<double>(ids.size(), 0.0) : log_softmax_over(scores.processed, ids);
   } else {
     score = mode == LogprobMode::kRaw ? scores.raw : scores.processed;
-    ids = order_tokens(score);
+    const bool ordered = mode == LogprobMode::kProcessed && !scores.processed_order.empty();
+    ids = ordered ? scores.processed_order : order_tokens(score);
     logp = log_softmax_over(score, ids);
   }
 
@@ -287,7 +291,7 @@ EvaluatedRow evaluate_row(const float* logits, const RowContext& ctx) {
     if (t >= 0) e.scores.final_dist = Distribution{{t}, {1.0}};
   } else {
     e.scores.processed = tempered(x, p.temperature);
-    e.scores.final_dist = kept_distribution(e.scores.processed, p);
+    e.scores.final_dist = kept_distribution(e.scores.processed, p, &e.scores.processed_order);
   }
   if (e.scores.final_dist.ids.empty()) e.status |= kStatusNoValidToken;
   return e;

@@ -54,8 +54,10 @@ std::vector<double> softmax_over(const std::vector<float>& score, const std::vec
 // every finite score of a row without +inf (where the probability may underflow to 0).
 std::vector<double> log_softmax_over(const std::vector<float>& score, const std::vector<int32_t>& ids);
 
-// Steps 6-8: the kept set of a random row and its renormalised distribution.
-Distribution kept_distribution(const std::vector<float>& z, const RequestParams& params);
+// Steps 6-8: the kept set of a random row and its renormalised distribution. When the steps needed
+// z's whole order_tokens, it is moved to *whole_order (if given); otherwise *whole_order is left empty.
+Distribution kept_distribution(const std::vector<float>& z, const RequestParams& params,
+                               std::vector<int32_t>* whole_order = nullptr);
 
 // Step 9: argmax of x over tokens with x > -inf, ties to the lower id; -1 if none.
 int32_t greedy_token(const std::vector<float>& x);
@@ -94,6 +96,7 @@ struct RowScores {
   std::vector<float> raw;        // input logits (NaN -> -inf), t < vocab_size
   std::vector<float> processed;  // z (greedy rows: x, i.e. T = 1)
   Distribution final_dist;
+  std::vector<int32_t> processed_order;  // order_tokens(processed) when kept_distribution made it
   bool greedy = false;
 };
 
