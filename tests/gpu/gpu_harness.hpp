@@ -103,6 +103,17 @@ inline uint16_t float_to_f16(float f) {  // round to nearest even, via the hardw
   return static_cast<uint16_t>(sign | h);
 }
 
+// x rounded to the nearest value of dtype (fp32: x), as a float.
+inline float round_to_dtype(float x, sonic::DType dtype) {
+  if (dtype == sonic::DType::kBF16) {
+    const uint32_t bits = static_cast<uint32_t>(float_to_bf16_rne(x)) << 16;
+    std::memcpy(&x, &bits, 4);
+  } else if (dtype == sonic::DType::kF16) {
+    x = sonic::detail::fp16_to_float(float_to_f16(x));
+  }
+  return x;
+}
+
 enum class RowKind { kPeaked, kFlat, kPlateau, kNegInf, kNaN, kPosInf, kAllMasked };
 
 // One random batch: logits (fp32 master copy, rounded to the dtype so both backends see the same
@@ -193,15 +204,10 @@ inline Batch random_batch(std::mt19937_64& rng, int32_t V, int32_t rows, sonic::
     }
     if (kind == RowKind::kAllMasked)
       for (int32_t t = 0; t < V; ++t) row[t] = -INFINITY;
-    // Round to the dtype so both backends read identical values.
+    // Round to the dtype so both backends read identical values (fp16 padding: its largest finite).
     for (int32_t t = 0; t < b.cols; ++t) {
-      if (dtype == sonic::DType::kBF16) {
-        const uint32_t bits = static_cast<uint32_t>(float_to_bf16_rne(row[t])) << 16;
-        std::memcpy(&row[t], &bits, 4);
-      } else if (dtype == sonic::DType::kF16) {
-        if (t >= V) row[t] = 60000.0f;
-        row[t] = sonic::detail::fp16_to_float(float_to_f16(row[t]));
-      }
+      if (dtype == sonic::DType::kF16 && t >= V) row[t] = 60000.0f;
+      row[t] = round_to_dtype(row[t], dtype);
     }
     b.params.push_back(random_params(rng, V, top_n));
     std::vector<int32_t> prompt;

@@ -709,6 +709,54 @@ TEST(CudaExactPath, WideNucleusMatchesReference) { wide_nucleus_agrees(151936, {
 // The same at vocabularies small enough for compute-sanitizer: more slices than a slice has tokens.
 TEST(CudaExactPath, WideNucleusSmallVocabulary) { wide_nucleus_agrees(1000, {{3, 6}, {12, 3}}); }
 
+// Truncated rows whose top tokens crowd one warp's group of 1024 ids (stage 1 screens a group of a
+// warp at a time, 32 ids a lane: a 16-byte load's ids, then the next load's 128 or 256 ids on):
+// consecutive ids, four or eight a lane; one id a lane, the whole crowd in one warp's group; or
+// random ids, the control. The crowd lies above the rest of the row and the row's top-k reaches
+// past it, so a stage-1 bound above part of the crowd must send the row to the exact path rather
+// than drop a kept token: every layout agrees with the reference, and some row does take the exact
+// path (consecutive ids defeat the lanes' bound: a lane keeps three of its four or eight).
+void crowded_top_agrees(int32_t V) {
+  for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16}) {
+    std::mt19937_64 rng(909 + V + static_cast<int>(dtype));
+    const int32_t R = 24;
+    Batch b = random_batch(rng, V, R, dtype, kTopN, /*with_bitmask=*/false);
+    const int32_t width = dtype == sonic::DType::kF32 ? 4 : 8;  // ids a lane's 16-byte load holds
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    for (int32_t r = 0; r < R; ++r) {
+      float* row = b.logits.data() + static_cast<size_t>(r) * b.cols;
+      for (int32_t t = 0; t < V; ++t) row[t] = normal(rng);
+      const int layout = r % 3;  // consecutive, one a lane, random
+      const int32_t crowd = 9 + static_cast<int32_t>(rng() % 16);
+      const int32_t window = static_cast<int32_t>(rng() % (V / 1024)) * 1024;
+      for (int32_t j = 0; j < crowd; ++j) {
+        const int32_t t = layout == 0 ? window + j : layout == 1 ? window + j * width : static_cast<int32_t>(rng() % V);
+        row[t] = 6.0f + 0.5f * normal(rng);  // above the rest of the row
+      }
+      for (int32_t t = 0; t < V; ++t) row[t] = round_to_dtype(row[t], dtype);
+      b.kinds[r] = RowKind::kFlat;
+      sonic::RequestParams p;
+      p.seed = rng();
+      p.initial_step = rng() % 1000;
+      p.temperature = 0.8f + 0.4f * u(rng);
+      p.top_k = crowd + 1 + static_cast<int32_t>(rng() % 40);
+      p.top_p = r % 2 ? 1.0f : 0.99f;
+      p.top_p_joint = r % 4 == 1;
+      p.top_logprobs = static_cast<int32_t>(rng() % (kTopN + 1));
+      b.params[r] = p;
+    }
+    const AgreementCount n = agreement_on(b, 3);
+    std::printf("crowded top V=%d dtype=%d: %d rows compared, %d near-tie disagreements, exact rows %llu\n", V,
+                static_cast<int>(dtype), n.compared, n.near_ties, static_cast<unsigned long long>(n.exact_rows));
+    EXPECT_LE(n.near_ties, n.compared / 20);
+    EXPECT_GT(n.exact_rows, 0u);
+  }
+}
+
+TEST(CudaExactPath, CrowdedTopTokensMatchReference) { crowded_top_agrees(151936); }
+TEST(CudaExactPath, CrowdedTopTokensSmallVocabulary) { crowded_top_agrees(3001); }
+
 // agreement_run with the environment variable `var` set to `value` while the samplers are made
 // (null: unset), for the backend's shape switches (read when a sampler is created): prints the
 // count and expects near-ties only.
@@ -1034,11 +1082,7 @@ TEST(CudaRanks, TruncatedRowsStayOnTheFastPath) {
         for (int32_t t = 0; t < V; ++t) {
           float x = kind == RowKind::kFlat ? normal(rng) : 3.0f * normal(rng);
           if (kind == RowKind::kPlateau) x = std::round(x * 2.0f) / 2.0f;
-          if (dtype == sonic::DType::kBF16) {
-            const uint32_t bits = static_cast<uint32_t>(float_to_bf16_rne(x)) << 16;
-            std::memcpy(&x, &bits, 4);
-          }
-          row[t] = x;
+          row[t] = round_to_dtype(x, dtype);
         }
         if (kind == RowKind::kPeaked)
           for (int i = 0; i < 5; ++i) row[rng() % V] += 10.0f;
