@@ -9,8 +9,9 @@
 # SONIC_BASE_BUILD names an existing build of the plain flags to reuse (device_check.sh's build-gpu).
 # A variant whose flags are "@DIR" builds the source tree in DIR instead (an earlier commit, say:
 #   git archive HEAD~1 | (mkdir -p .base && tar x -C .base), then carry .base), so that old and new
-# kernels are timed side by side in one run; SONIC_VARIANTS_EXTRA adds variants to the list,
-# separated by ";" (flags may hold spaces), e.g. "old:@.base:;fast:-DA=1 -DB=2:".
+# kernels are timed side by side in one run ("@DIR flags" adds CUDA flags to that tree's build);
+# SONIC_VARIANTS_EXTRA adds variants to the list, separated by ";" (flags may hold spaces), e.g.
+# "old:@.base:;fast:-DA=1 -DB=2:;exp16:@.exp -DRANK=16:".
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 device_setup sonic_variant_logs variant_logs.tgz
@@ -44,8 +45,9 @@ for v in "${all_variants[@]}"; do
   [[ -z "${SONIC_VARIANTS:-}" || " $SONIC_VARIANTS " == *" ${v%%:*} "* ]] && variants+=("$v")
 done
 build_dir() { flags_build_dir build-var "${SONIC_BASE_BUILD:-build-var-base}" "$1"; }
-source_dir() { [[ $1 == @* ]] && echo "${1#@}" || echo .; }
-cuda_flags() { [[ $1 == @* ]] && echo "" || echo "$1"; }
+# "@DIR" may be followed by CUDA flags for that tree ("@.wr -DX=1").
+source_dir() { [[ $1 == @* ]] && { read -r d _ <<<"$1"; echo "${d#@}"; } || echo .; }
+cuda_flags() { [[ $1 == @* ]] && { read -r _ f <<<"$1"; echo "$f"; } || echo "$1"; }
 declare -A builds=()
 for v in "${variants[@]}"; do
   IFS=: read -r name flags env <<<"$v"

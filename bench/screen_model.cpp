@@ -1,0 +1,140 @@
+// A CPU model of stage 1's candidate screen at one tile a chunk (small batches, where each of a
+// row's chunks is one tile of 4096 ids screened by four warps of one group each), to predict what a
+// change of the screen's bound does to stage 2's work before timing it (perf-notes v3.28). For each
+// row: the candidates the chunks list, how many lie at or above the row's bound (what stage 2 lists
+// again), and whether the row's needed prefix escapes (the row then takes the exact path).
+//
+// A warp's group is 1024 ids; lane l holds ids base + 128 i + 4 l + j (i < 8, j < 4), as fp32's
+// 16-byte loads place them (src/cuda/tile_loader.cuh). Each lane keeps its three largest; the warp's
+// bound is one of:
+//   lanes: just above the largest of the lanes' fourth values (main: no lane holds four above it);
+//   rank r: the r-th largest of the lanes' kept values, a lane with four or more at or above it
+//           listing them all (docs/experiments/warp-rank-bound.patch).
+// The chunk's four warps share their bounds (the largest), as they mostly do at B = 1.
+//
+//   sonic_screen_model [ROWS]      (ROWS a case, default 50; prints one line a case and bound)
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr int kV = 151936, kTile = 4096, kGroup = 1024;
+
+struct Bound {
+  std::string name;
+  int top_k_rank;  // 0: the lanes' bound
+  int row_rank;
+};
+
+struct Case {
+  std::string name;
+  int kind;   // 0 peaked (3 N(0,1), +10 on five ids), 1 flat N(0,1), 2 peaked with a run of ten
+              // neighbouring ids on top (digit tokens after "19"), 3 flat
+  bool top_k; // top-k 50 (needs its top 66) or top-p alone (needs its nucleus + 1)
+  double top_p;
+};
+
+struct Tally {
+  double candidates = 0, at_bound = 0;
+  int escaped = 0;
+};
+
+std::vector<float> make_row(int kind, std::mt19937_64& g) {
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::vector<float> x(kV);
+  for (float& v : x) v = (kind == 1 || kind == 3) ? n(g) : 3.0f * n(g);
+  if (kind == 0 || kind == 2)
+    for (int i = 0; i < 5; ++i) x[g() % kV] += 10.0f;
+  if (kind == 2) {
+    const int at = static_cast<int>(g() % (kV - 10));
+    for (int i = 0; i < 10; ++i) x[at + i] = 14.0f + n(g);
+  }
+  return x;
+}
+
+// How many of the row's largest tokens the row needs on the fast path.
+int needed(const std::vector<float>& sorted, const Case& c) {
+  if (c.top_k) return 66;  // top-k 50 and stage 2's slack
+  const double T = 0.7;
+  double total = 0.0, cum = 0.0;
+  for (float v : sorted) total += std::exp((v - sorted[0]) / T);
+  int i = 0;
+  while (cum < c.top_p * total) cum += std::exp((sorted[i++] - sorted[0]) / T);
+  return std::min<int>(i + 1, kV);
+}
+
+void screen_row(const std::vector<float>& x, float tau, const Bound& b, bool top_k, Tally& t) {
+  const int rank = top_k ? b.top_k_rank : b.row_rank;
+  std::vector<float> listed;
+  float row_bound = -INFINITY;
+  for (int tile = 0; tile * kTile < kV; ++tile) {
+    std::vector<std::vector<float>> lanes[4];
+    float chunk_bound = -INFINITY;
+    for (int w = 0; w < 4; ++w) {
+      const int base = tile * kTile + w * kGroup;
+      std::vector<float> fourth, kept;
+      for (int lane = 0; lane < 32; ++lane) {
+        std::vector<float> v;
+        for (int i = 0; i < 32; ++i) {
+          const int id = base + (i / 4) * 128 + lane * 4 + i % 4;
+          if (id < kV) v.push_back(x[id]);
+        }
+        std::sort(v.begin(), v.end(), std::greater<float>());
+        for (int i = 0; i < 3 && i < static_cast<int>(v.size()); ++i) kept.push_back(v[i]);
+        fourth.push_back(v.size() >= 4 ? std::nextafter(v[3], INFINITY) : -INFINITY);
+        lanes[w].push_back(v);
+      }
+      std::sort(kept.begin(), kept.end(), std::greater<float>());
+      const float own = rank == 0 ? *std::max_element(fourth.begin(), fourth.end())
+                                  : (static_cast<int>(kept.size()) >= rank ? kept[rank - 1] : -INFINITY);
+      chunk_bound = std::max(chunk_bound, own);
+    }
+    for (int w = 0; w < 4; ++w)
+      for (const std::vector<float>& v : lanes[w]) {
+        const bool crowded = v.size() >= 4 && v[3] >= chunk_bound;
+        for (int i = 0; i < static_cast<int>(v.size()) && (crowded || i < 3); ++i)
+          if (v[i] >= chunk_bound) listed.push_back(v[i]);
+      }
+    row_bound = std::max(row_bound, chunk_bound);
+  }
+  t.candidates += static_cast<double>(listed.size());
+  for (float v : listed) t.at_bound += v >= row_bound;
+  t.escaped += row_bound > tau;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rows = argc > 1 ? std::atoi(argv[1]) : 50;
+  if (rows <= 0) {
+    std::fprintf(stderr, "sonic_screen_model: ROWS must be positive, got '%s'\n", argv[1]);
+    return 2;
+  }
+  const std::vector<Bound> bounds = {{"lanes (main)", 0, 0}, {"rank 9 / 16", 9, 16}, {"rank 16", 16, 16}};
+  const std::vector<Case> cases = {{"peaked, top-k 50", 0, true, 1.0},  {"peaked, top-p 0.9", 0, false, 0.9},
+                                   {"flat, top-k 50", 1, true, 1.0},    {"digits, top-k 50", 2, true, 1.0},
+                                   {"digits, top-p 0.9", 2, false, 0.9}, {"flat, top-p 0.02", 3, false, 0.02}};
+  std::mt19937_64 g(1);
+  for (const Case& c : cases) {
+    std::vector<Tally> tally(bounds.size());
+    double need = 0.0;
+    for (int r = 0; r < rows; ++r) {
+      const std::vector<float> x = make_row(c.kind, g);
+      std::vector<float> sorted = x;
+      std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+      const int n = needed(sorted, c);
+      need += n;
+      for (size_t b = 0; b < bounds.size(); ++b) screen_row(x, sorted[n - 1], bounds[b], c.top_k, tally[b]);
+    }
+    std::printf("%s (needs its top %.0f):\n", c.name.c_str(), need / rows);
+    for (size_t b = 0; b < bounds.size(); ++b)
+      std::printf("  %-13s %6.0f candidates, %5.0f at the row's bound, %d of %d rows escape\n", bounds[b].name.c_str(),
+                  tally[b].candidates / rows, tally[b].at_bound / rows, tally[b].escaped, rows);
+  }
+  return 0;
+}
