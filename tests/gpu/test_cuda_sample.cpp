@@ -711,12 +711,15 @@ TEST(CudaExactPath, WideNucleusSmallVocabulary) { wide_nucleus_agrees(1000, {{3,
 
 // Truncated rows whose top tokens crowd one warp's group of 1024 ids (stage 1 screens a group of a
 // warp at a time, 32 ids a lane: a 16-byte load's ids, then the next load's 128 or 256 ids on):
-// consecutive ids, four or eight a lane; one id a lane, the whole crowd in one warp's group; or
-// random ids, the control. The crowd lies above the rest of the row and the row's top-k reaches
-// past it, so a stage-1 bound above part of the crowd must send the row to the exact path rather
-// than drop a kept token: every layout agrees with the reference, and some row does take the exact
-// path (consecutive ids defeat the lanes' bound: a lane keeps three of its four or eight).
+// consecutive ids, four or eight a lane; one id a lane, the whole crowd in one warp's group; the
+// whole group at one value (every lane with 32 ties at the top: more than a group's room in the
+// candidate list); or random ids, the control. The crowd lies above the rest of the row and the
+// row's top-k reaches past it, so a stage-1 bound above part of the crowd must send the row to the
+// exact path rather than drop a kept token: every layout agrees with the reference, and some row
+// does take the exact path (consecutive ids defeat the lanes' bound: a lane keeps three of its four
+// or eight).
 void crowded_top_agrees(int32_t V) {
+  enum Layout { kConsecutive, kOneALane, kLevelGroup, kRandom, kLayouts };
   for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16}) {
     std::mt19937_64 rng(909 + V + static_cast<int>(dtype));
     const int32_t R = 24;
@@ -727,22 +730,25 @@ void crowded_top_agrees(int32_t V) {
     for (int32_t r = 0; r < R; ++r) {
       float* row = b.logits.data() + static_cast<size_t>(r) * b.cols;
       for (int32_t t = 0; t < V; ++t) row[t] = normal(rng);
-      const int layout = r % 3;  // consecutive, one a lane, random
-      const int32_t crowd = 9 + static_cast<int32_t>(rng() % 16);
+      const Layout layout = static_cast<Layout>(r % kLayouts);
+      const int32_t crowd = layout == kLevelGroup ? 1024 : 9 + static_cast<int32_t>(rng() % 16);
       const int32_t window = static_cast<int32_t>(rng() % (V / 1024)) * 1024;
       for (int32_t j = 0; j < crowd; ++j) {
-        const int32_t t = layout == 0 ? window + j : layout == 1 ? window + j * width : static_cast<int32_t>(rng() % V);
-        row[t] = 6.0f + 0.5f * normal(rng);  // above the rest of the row
+        const int32_t t = layout == kConsecutive || layout == kLevelGroup ? window + j
+                          : layout == kOneALane                         ? window + j * width
+                                                                        : static_cast<int32_t>(rng() % V);
+        row[t] = layout == kLevelGroup ? 6.0f : 6.0f + 0.5f * normal(rng);  // above the rest of the row
       }
       for (int32_t t = 0; t < V; ++t) row[t] = round_to_dtype(row[t], dtype);
-      b.kinds[r] = RowKind::kFlat;
+      b.kinds[r] = layout == kLevelGroup ? RowKind::kPlateau : RowKind::kFlat;
       sonic::RequestParams p;
       p.seed = rng();
       p.initial_step = rng() % 1000;
       p.temperature = 0.8f + 0.4f * u(rng);
-      p.top_k = crowd + 1 + static_cast<int32_t>(rng() % 40);
-      p.top_p = r % 2 ? 1.0f : 0.99f;
-      p.top_p_joint = r % 4 == 1;
+      const int32_t past = 1 + static_cast<int32_t>(rng() % 40);  // kept tokens past the crowd
+      p.top_k = layout == kLevelGroup ? past : crowd + past;
+      p.top_p = u(rng) < 0.5f ? 1.0f : 0.99f;
+      p.top_p_joint = u(rng) < 0.3f;
       p.top_logprobs = static_cast<int32_t>(rng() % (kTopN + 1));
       b.params[r] = p;
     }
