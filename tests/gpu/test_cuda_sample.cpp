@@ -714,8 +714,8 @@ TEST(CudaExactPath, WideNucleusSmallVocabulary) { wide_nucleus_agrees(1000, {{3,
 // consecutive ids, four or eight a lane; one id a lane, the whole crowd in one warp's group; the
 // whole group at one value (every lane with 32 ties at the top: more than a group's room in the
 // candidate list); or random ids, the control. The crowd lies above the rest of the row and the
-// row's top-k reaches past it, so a stage-1 bound above part of the crowd must send the row to the
-// exact path rather than drop a kept token: every layout agrees with the reference, and some row
+// row's top-k reaches past it (into it, for the level group), so a stage-1 bound above part of the
+// kept set must send the row to the exact path rather than drop a kept token: every layout agrees with the reference, and some row
 // does take the exact path (consecutive ids defeat the lanes' bound: a lane keeps three of its four
 // or eight).
 void crowded_top_agrees(int32_t V) {
