@@ -34,6 +34,13 @@ struct SlotUpdate {
   int32_t* status = nullptr;    // where to flag a full history
 };
 
+// Whether a call's outputs ask for any logprob, rank or top-N (SampleOutputs or VerifyOutputs; top_ids
+// and top_logprobs come together): the reference skips them otherwise.
+template <class Outputs>
+bool asks_logprobs(const Outputs& out) {
+  return out.logprob || out.rank || out.top_ids;
+}
+
 void write_logprobs(const ref::LogprobResult& lp, int64_t top_stride, float* logprob,
                     int32_t* rank, int32_t* top_ids, float* top_logprobs) {
   if (logprob) *logprob = lp.logprob;
@@ -87,7 +94,7 @@ class CpuBackend final : public SamplerBackend {
               const SampleOutputs& out, const CallOptions& options) override {
     // Each row writes its own outputs; the slot it updates and the tokens it emits are kept here.
     std::vector<SlotUpdate> row_updates(static_cast<size_t>(logits.rows));
-    const bool with_logprobs = out.logprob || out.rank || out.top_ids;
+    const bool with_logprobs = asks_logprobs(out);
     ref::parallel_for(logits.rows, threads_, [&](int64_t r) {
       int32_t status = 0;
       const int32_t slot = slot_ids ? slot_ids[r] : static_cast<int32_t>(r);
@@ -141,7 +148,7 @@ class CpuBackend final : public SamplerBackend {
       ref::VerifyResult res;
     };
     std::vector<RequestWork> work(static_cast<size_t>(in.num_requests));
-    const bool with_logprobs = out.logprob || out.rank || out.top_ids;
+    const bool with_logprobs = asks_logprobs(out);
     ref::parallel_for(in.num_requests, threads_, [&](int64_t b) {
       RequestWork& w = work[static_cast<size_t>(b)];
       w.slot = in.slots ? in.slots[b] : static_cast<int32_t>(b);
