@@ -1,18 +1,21 @@
 // A CPU model of stage 1's candidate screen at one tile a chunk (small batches, where each of a
 // row's chunks is one tile of 4096 ids screened by four warps of one group each), to predict what a
-// change of the screen's bound does to stage 2's work before timing it (perf-notes v3.28). For each
-// row: the candidates the chunks list, how many lie at or above the row's bound (what stage 2 lists
-// again), and whether the row's needed prefix escapes (the row then takes the exact path).
+// change of the screen's bound does to stage 2's work before timing it (perf-notes v3.28, v3.29). For
+// each row: the candidates the chunks list, how many lie at or above the row's bound (what stage 2
+// lists again), and whether the row's needed prefix escapes (the row then takes the exact path).
 //
 // A warp's group is 1024 ids; lane l holds ids base + 128 i + 4 l + j (i < 8, j < 4), as fp32's
 // 16-byte loads place them (src/cuda/tile_loader.cuh). Each lane keeps its three largest; the warp's
 // bound is one of:
 //   lanes: just above the largest of the lanes' fourth values (main: no lane holds four above it);
-//   rank r: the r-th largest of the lanes' kept values, a lane with four or more at or above it
-//           listing them all (docs/experiments/warp-rank-bound.patch).
+//   rank r: the r-th largest of the lanes' kept values (docs/experiments/warp-rank-bound-v2.patch),
+//           r fixed (9 in top-k rows, 16 in others) or following V as its screen_rank does; a lane
+//           with four or more at or above the bound ("crowded") lists them all ("listed", wrB) or
+//           the bound rises above the crowded lanes' fourth values ("unlisted", wrN).
 // The chunk's four warps share their bounds (the largest), as they mostly do at B = 1.
 //
-//   sonic_screen_model [ROWS]      (ROWS a case, default 50; prints one line a case and bound)
+//   sonic_screen_model [ROWS [V]]   (ROWS a case, default 50; V default 151936; one line a case and
+//                                    bound)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -23,19 +26,22 @@
 
 namespace {
 
-constexpr int kV = 151936, kTile = 4096, kGroup = 1024;
+constexpr int kTile = 4096, kGroup = 1024;
+int kV = 151936;  // the vocabulary (argument)
 
 struct Bound {
   std::string name;
   int top_k_rank;  // 0: the lanes' bound
   int row_rank;
+  bool by_v;       // the ranks as screen_rank picks them for the row's top-k and V
+  bool listed;     // crowded lanes list all their tokens at or above the bound (else the bound rises)
 };
 
 struct Case {
   std::string name;
   int kind;   // 0 peaked (3 N(0,1), +10 on five ids), 1 flat N(0,1), 2 peaked with a run of ten
               // neighbouring ids on top (digit tokens after "19"), 3 flat
-  bool top_k; // top-k 50 (needs its top 66) or top-p alone (needs its nucleus + 1)
+  int top_k;  // top-k k (needs its top k + 16), or 0: top-p alone (needs its nucleus + 1)
   double top_p;
 };
 
@@ -59,7 +65,7 @@ std::vector<float> make_row(int kind, std::mt19937_64& g) {
 
 // How many of the row's largest tokens the row needs on the fast path.
 int needed(const std::vector<float>& sorted, const Case& c) {
-  if (c.top_k) return 66;  // top-k 50 and stage 2's slack
+  if (c.top_k) return c.top_k + 16;  // stage 2's slack
   const double T = 0.7;
   double total = 0.0, cum = 0.0;
   for (float v : sorted) total += std::exp((v - sorted[0]) / T);
@@ -68,8 +74,19 @@ int needed(const std::vector<float>& sorted, const Case& c) {
   return std::min<int>(i + 1, kV);
 }
 
-void screen_row(const std::vector<float>& x, float tau, const Bound& b, bool top_k, Tally& t) {
-  const int rank = top_k ? b.top_k_rank : b.row_rank;
+// The rank a row's groups take (screen_rank of the v2 patch when by_v).
+int row_rank(const Bound& b, int top_k) {
+  if (!b.by_v) return top_k ? b.top_k_rank : b.row_rank;
+  if (top_k) {
+    const long spread = static_cast<long>(top_k + 16) * kGroup;
+    if (spread + spread / 3 <= kV) return b.top_k_rank;
+    return spread / 4 <= kV ? b.row_rank : 0;
+  }
+  return kV >= 32 * kGroup ? b.row_rank : 0;
+}
+
+void screen_row(const std::vector<float>& x, float tau, const Bound& b, int top_k, Tally& t) {
+  const int rank = row_rank(b, top_k);
   std::vector<float> listed;
   float row_bound = -INFINITY;
   for (int tile = 0; tile * kTile < kV; ++tile) {
@@ -94,6 +111,10 @@ void screen_row(const std::vector<float>& x, float tau, const Bound& b, bool top
                                   : (static_cast<int>(kept.size()) >= rank ? kept[rank - 1] : -INFINITY);
       chunk_bound = std::max(chunk_bound, own);
     }
+    if (!b.listed)  // the bound rises above every crowded lane's fourth value
+      for (int w = 0; w < 4; ++w)
+        for (const std::vector<float>& v : lanes[w])
+          if (v.size() >= 4 && v[3] >= chunk_bound) chunk_bound = std::nextafter(v[3], INFINITY);
     for (int w = 0; w < 4; ++w)
       for (const std::vector<float>& v : lanes[w]) {
         const bool crowded = v.size() >= 4 && v[3] >= chunk_bound;
@@ -115,10 +136,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "sonic_screen_model: ROWS must be positive, got '%s'\n", argv[1]);
     return 2;
   }
-  const std::vector<Bound> bounds = {{"lanes (main)", 0, 0}, {"rank 9 / 16", 9, 16}, {"rank 16", 16, 16}};
-  const std::vector<Case> cases = {{"peaked, top-k 50", 0, true, 1.0},  {"peaked, top-p 0.9", 0, false, 0.9},
-                                   {"flat, top-k 50", 1, true, 1.0},    {"digits, top-k 50", 2, true, 1.0},
-                                   {"digits, top-p 0.9", 2, false, 0.9}, {"flat, top-p 0.02", 3, false, 0.02}};
+  if (argc > 2) kV = std::atoi(argv[2]);
+  if (kV < 4096) {
+    std::fprintf(stderr, "sonic_screen_model: V must be at least 4096, got '%s'\n", argv[2]);
+    return 2;
+  }
+  const std::vector<Bound> bounds = {{"lanes (main)", 0, 0, false, true},
+                                     {"rank 9/16 fixed, listed", 9, 16, false, true},
+                                     {"rank by V, listed (wrB)", 9, 16, true, true},
+                                     {"rank by V, unlisted (wrN)", 9, 16, true, false}};
+  const std::vector<Case> cases = {{"peaked, top-k 50", 0, 50, 1.0},   {"peaked, top-k 100", 0, 100, 1.0},
+                                   {"peaked, top-p 0.9", 0, 0, 0.9},  {"flat, top-k 50", 1, 50, 1.0},
+                                   {"digits, top-k 50", 2, 50, 1.0},  {"digits, top-p 0.9", 2, 0, 0.9},
+                                   {"flat, top-p 0.02", 3, 0, 0.02}};
   std::mt19937_64 g(1);
   for (const Case& c : cases) {
     std::vector<Tally> tally(bounds.size());
@@ -133,7 +163,7 @@ int main(int argc, char** argv) {
     }
     std::printf("%s (needs its top %.0f):\n", c.name.c_str(), need / rows);
     for (size_t b = 0; b < bounds.size(); ++b)
-      std::printf("  %-13s %6.0f candidates, %5.0f at the row's bound, %d of %d rows escape\n", bounds[b].name.c_str(),
+      std::printf("  %-26s %6.0f candidates, %5.0f at the row's bound, %d of %d rows escape\n", bounds[b].name.c_str(),
                   tally[b].candidates / rows, tally[b].at_bound / rows, tally[b].escaped, rows);
   }
   return 0;
