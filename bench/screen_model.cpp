@@ -27,7 +27,7 @@
 namespace {
 
 constexpr int kTile = 4096, kGroup = 1024;
-int kV = 151936;  // the vocabulary (argument)
+int vocab = 151936;  // V (main's second argument)
 
 struct Bound {
   std::string name;
@@ -52,12 +52,12 @@ struct Tally {
 
 std::vector<float> make_row(int kind, std::mt19937_64& g) {
   std::normal_distribution<float> n(0.0f, 1.0f);
-  std::vector<float> x(kV);
+  std::vector<float> x(vocab);
   for (float& v : x) v = (kind == 1 || kind == 3) ? n(g) : 3.0f * n(g);
   if (kind == 0 || kind == 2)
-    for (int i = 0; i < 5; ++i) x[g() % kV] += 10.0f;
+    for (int i = 0; i < 5; ++i) x[g() % vocab] += 10.0f;
   if (kind == 2) {
-    const int at = static_cast<int>(g() % (kV - 10));
+    const int at = static_cast<int>(g() % (vocab - 10));
     for (int i = 0; i < 10; ++i) x[at + i] = 14.0f + n(g);
   }
   return x;
@@ -71,7 +71,7 @@ int needed(const std::vector<float>& sorted, const Case& c) {
   for (float v : sorted) total += std::exp((v - sorted[0]) / T);
   int i = 0;
   while (cum < c.top_p * total) cum += std::exp((sorted[i++] - sorted[0]) / T);
-  return std::min<int>(i + 1, kV);
+  return std::min<int>(i + 1, vocab);
 }
 
 // The rank a row's groups take (screen_rank of the v2 patch when by_v).
@@ -79,17 +79,17 @@ int row_rank(const Bound& b, int top_k) {
   if (!b.by_v) return top_k ? b.top_k_rank : b.row_rank;
   if (top_k) {
     const long spread = static_cast<long>(top_k + 16) * kGroup;
-    if (spread + spread / 3 <= kV) return b.top_k_rank;
-    return spread / 4 <= kV ? b.row_rank : 0;
+    if (spread + spread / 3 <= vocab) return b.top_k_rank;
+    return spread / 4 <= vocab ? b.row_rank : 0;
   }
-  return kV >= 32 * kGroup ? b.row_rank : 0;
+  return vocab >= 32 * kGroup ? b.row_rank : 0;
 }
 
 void screen_row(const std::vector<float>& x, float tau, const Bound& b, int top_k, Tally& t) {
   const int rank = row_rank(b, top_k);
   std::vector<float> listed;
   float row_bound = -INFINITY;
-  for (int tile = 0; tile * kTile < kV; ++tile) {
+  for (int tile = 0; tile * kTile < vocab; ++tile) {
     std::vector<std::vector<float>> lanes[4];
     float chunk_bound = -INFINITY;
     for (int w = 0; w < 4; ++w) {
@@ -99,7 +99,7 @@ void screen_row(const std::vector<float>& x, float tau, const Bound& b, int top_
         std::vector<float> v;
         for (int i = 0; i < 32; ++i) {
           const int id = base + (i / 4) * 128 + lane * 4 + i % 4;
-          if (id < kV) v.push_back(x[id]);
+          if (id < vocab) v.push_back(x[id]);
         }
         std::sort(v.begin(), v.end(), std::greater<float>());
         for (int i = 0; i < 3 && i < static_cast<int>(v.size()); ++i) kept.push_back(v[i]);
@@ -136,8 +136,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "sonic_screen_model: ROWS must be positive, got '%s'\n", argv[1]);
     return 2;
   }
-  if (argc > 2) kV = std::atoi(argv[2]);
-  if (kV < 4096) {
+  if (argc > 2) vocab = std::atoi(argv[2]);
+  if (vocab < 4096) {
     std::fprintf(stderr, "sonic_screen_model: V must be at least 4096, got '%s'\n", argv[2]);
     return 2;
   }

@@ -715,9 +715,9 @@ TEST(CudaExactPath, WideNucleusSmallVocabulary) { wide_nucleus_agrees(1000, {{3,
 // whole group at one value (every lane with 32 ties at the top: more than a group's room in the
 // candidate list); or random ids, the control. The crowd lies above the rest of the row and the
 // row's top-k reaches past it (into it, for the level group), so a stage-1 bound above part of the
-// kept set must send the row to the exact path rather than drop a kept token: every layout agrees with the reference, and some row
-// does take the exact path (consecutive ids defeat the lanes' bound: a lane keeps three of its four
-// or eight).
+// kept set must send the row to the exact path rather than drop a kept token: every layout agrees
+// with the reference, and some row does take the exact path (consecutive ids defeat the lanes'
+// bound: a lane keeps three of its four or eight).
 void crowded_top_agrees(int32_t V) {
   enum Layout { kConsecutive, kOneALane, kLevelGroup, kRandom, kLayouts };
   for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16}) {
