@@ -9,7 +9,8 @@
 // bound is one of:
 //   lanes: just above the largest of the lanes' fourth values (main: no lane holds four above it);
 //   rank r: the r-th largest of the lanes' kept values (docs/experiments/warp-rank-bound-v2.patch),
-//           r fixed (9 in top-k rows, 16 in others) or following V as its screen_rank does; a lane
+//           r fixed (9 in top-k rows, 16 in others) or following V as its screen_rank does, with 9
+//           or 12 in top-k rows (rank-bound-v3.patch takes 12); a lane
 //           with four or more at or above the bound ("crowded") lists them all ("listed", wrB) or
 //           the bound rises above the crowded lanes' fourth values ("unlisted", wrN).
 // The chunk's four warps share their bounds (the largest), as they mostly do at B = 1.
@@ -144,6 +145,7 @@ int main(int argc, char** argv) {
   const std::vector<Bound> bounds = {{"lanes (main)", 0, 0, false, true},
                                      {"rank 9/16 fixed, listed", 9, 16, false, true},
                                      {"rank by V, listed (wrB)", 9, 16, true, true},
+                                     {"rank 12 by V, listed (v3)", 12, 16, true, true},
                                      {"rank by V, unlisted (wrN)", 9, 16, true, false}};
   const std::vector<Case> cases = {{"peaked, top-k 50", 0, 50, 1.0},   {"peaked, top-k 100", 0, 100, 1.0},
                                    {"peaked, top-p 0.9", 0, 0, 0.9},  {"flat, top-k 50", 1, 50, 1.0},
