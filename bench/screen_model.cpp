@@ -36,12 +36,15 @@ struct Bound {
   int row_rank;
   bool by_v;       // the ranks as screen_rank picks them for the row's top-k and V
   bool listed;     // crowded lanes list all their tokens at or above the bound (else the bound rises)
+  bool sparse;     // a warp's group of at most 96 valid tokens lists them all and sets no bound
+                   // (rank-bound-v3.patch); a warp keeping fewer than r values takes the lanes' bound
 };
 
 struct Case {
   std::string name;
   int kind;   // 0 peaked (3 N(0,1), +10 on five ids), 1 flat N(0,1), 2 peaked with a run of ten
-              // neighbouring ids on top (digit tokens after "19"), 3 flat
+              // neighbouring ids on top (digit tokens after "19"), 3 flat, 4 a grammar's mask: -inf
+              // but for one to three runs of 4-40 neighbouring ids and a few scattered ids, 2 N(0,1)
   int top_k;  // top-k k (needs its top k + 16), or 0: top-p alone (needs its nucleus + 1)
   double top_p;
 };
@@ -61,18 +64,28 @@ std::vector<float> make_row(int kind, std::mt19937_64& g) {
     const int at = static_cast<int>(g() % (vocab - 10));
     for (int i = 0; i < 10; ++i) x[at + i] = 14.0f + n(g);
   }
+  if (kind == 4) {
+    std::vector<float> masked(vocab, -INFINITY);
+    for (int runs = 1 + static_cast<int>(g() % 3); runs > 0; --runs) {
+      const int len = 4 + static_cast<int>(g() % 37), at = static_cast<int>(g() % (vocab - len));
+      for (int i = 0; i < len; ++i) masked[at + i] = 2.0f * n(g);
+    }
+    for (int k = static_cast<int>(g() % 6); k > 0; --k) masked[g() % vocab] = 2.0f * n(g);
+    x = masked;
+  }
   return x;
 }
 
-// How many of the row's largest tokens the row needs on the fast path.
+// How many of the row's largest tokens the row needs on the fast path (at most its valid ones).
 int needed(const std::vector<float>& sorted, const Case& c) {
-  if (c.top_k) return c.top_k + 16;  // stage 2's slack
+  const int valid = static_cast<int>(std::count_if(sorted.begin(), sorted.end(), [](float v) { return v > -INFINITY; }));
+  if (c.top_k) return std::min(c.top_k + 16, valid);  // stage 2's slack
   const double T = 0.7;
   double total = 0.0, cum = 0.0;
   for (float v : sorted) total += std::exp((v - sorted[0]) / T);
   int i = 0;
   while (cum < c.top_p * total) cum += std::exp((sorted[i++] - sorted[0]) / T);
-  return std::min<int>(i + 1, vocab);
+  return std::min<int>(i + 1, valid);
 }
 
 // The rank a row's groups take (screen_rank of the v2 patch when by_v).
@@ -92,35 +105,42 @@ void screen_row(const std::vector<float>& x, float tau, const Bound& b, int top_
   float row_bound = -INFINITY;
   for (int tile = 0; tile * kTile < vocab; ++tile) {
     std::vector<std::vector<float>> lanes[4];
+    bool sparse[4];
     float chunk_bound = -INFINITY;
     for (int w = 0; w < 4; ++w) {
       const int base = tile * kTile + w * kGroup;
       std::vector<float> fourth, kept;
+      int valid = 0;
       for (int lane = 0; lane < 32; ++lane) {
         std::vector<float> v;
         for (int i = 0; i < 32; ++i) {
           const int id = base + (i / 4) * 128 + lane * 4 + i % 4;
-          if (id < vocab) v.push_back(x[id]);
+          if (id < vocab && x[id] > -INFINITY) v.push_back(x[id]);  // the lane's valid tokens
         }
         std::sort(v.begin(), v.end(), std::greater<float>());
         for (int i = 0; i < 3 && i < static_cast<int>(v.size()); ++i) kept.push_back(v[i]);
         fourth.push_back(v.size() >= 4 ? std::nextafter(v[3], INFINITY) : -INFINITY);
+        valid += static_cast<int>(v.size());
         lanes[w].push_back(v);
       }
+      sparse[w] = b.sparse && valid <= 96;
+      if (sparse[w]) continue;
       std::sort(kept.begin(), kept.end(), std::greater<float>());
-      const float own = rank == 0 ? *std::max_element(fourth.begin(), fourth.end())
-                                  : (static_cast<int>(kept.size()) >= rank ? kept[rank - 1] : -INFINITY);
+      const float lanes_bound = *std::max_element(fourth.begin(), fourth.end());
+      const float own = rank == 0 ? lanes_bound
+                        : static_cast<int>(kept.size()) >= rank ? kept[rank - 1]
+                                                                : lanes_bound;
       chunk_bound = std::max(chunk_bound, own);
     }
     if (!b.listed)  // the bound rises above every crowded lane's fourth value
       for (int w = 0; w < 4; ++w)
         for (const std::vector<float>& v : lanes[w])
-          if (v.size() >= 4 && v[3] >= chunk_bound) chunk_bound = std::nextafter(v[3], INFINITY);
+          if (!sparse[w] && v.size() >= 4 && v[3] >= chunk_bound) chunk_bound = std::nextafter(v[3], INFINITY);
     for (int w = 0; w < 4; ++w)
       for (const std::vector<float>& v : lanes[w]) {
         const bool crowded = v.size() >= 4 && v[3] >= chunk_bound;
-        for (int i = 0; i < static_cast<int>(v.size()) && (crowded || i < 3); ++i)
-          if (v[i] >= chunk_bound) listed.push_back(v[i]);
+        for (int i = 0; i < static_cast<int>(v.size()) && (sparse[w] || crowded || i < 3); ++i)
+          if (sparse[w] || v[i] >= chunk_bound) listed.push_back(v[i]);
       }
     row_bound = std::max(row_bound, chunk_bound);
   }
@@ -142,15 +162,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "sonic_screen_model: V must be at least 4096, got '%s'\n", argv[2]);
     return 2;
   }
-  const std::vector<Bound> bounds = {{"lanes (main)", 0, 0, false, true},
-                                     {"rank 9/16 fixed, listed", 9, 16, false, true},
-                                     {"rank by V, listed (wrB)", 9, 16, true, true},
-                                     {"rank 12 by V, listed (v3)", 12, 16, true, true},
-                                     {"rank by V, unlisted (wrN)", 9, 16, true, false}};
+  const std::vector<Bound> bounds = {{"lanes (main)", 0, 0, false, true, false},
+                                     {"rank 9/16 fixed, listed", 9, 16, false, true, false},
+                                     {"rank by V, listed (wrB)", 9, 16, true, true, false},
+                                     {"rank 12 by V, listed (v3)", 12, 16, true, true, true},
+                                     {"v3 without sparse groups", 12, 16, true, true, false},
+                                     {"rank by V, unlisted (wrN)", 9, 16, true, false, false}};
   const std::vector<Case> cases = {{"peaked, top-k 50", 0, 50, 1.0},   {"peaked, top-k 100", 0, 100, 1.0},
                                    {"peaked, top-p 0.9", 0, 0, 0.9},  {"flat, top-k 50", 1, 50, 1.0},
                                    {"digits, top-k 50", 2, 50, 1.0},  {"digits, top-p 0.9", 2, 0, 0.9},
-                                   {"flat, top-p 0.02", 3, 0, 0.02}};
+                                   {"flat, top-p 0.02", 3, 0, 0.02},  {"grammar runs, top-k 50", 4, 50, 1.0},
+                                   {"grammar runs, top-p 0.9", 4, 0, 0.9}};
   std::mt19937_64 g(1);
   for (const Case& c : cases) {
     std::vector<Tally> tally(bounds.size());
