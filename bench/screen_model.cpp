@@ -1,18 +1,21 @@
 // A CPU model of stage 1's candidate screen at one tile a chunk (small batches, where each of a
 // row's chunks is one tile of 4096 ids screened by four warps of one group each), to predict what a
-// change of the screen's bound does to stage 2's work before timing it (perf-notes v3.28, v3.29). For
-// each row: the candidates the chunks list, how many lie at or above the row's bound (what stage 2
-// lists again), and whether the row's needed prefix escapes (the row then takes the exact path).
+// change of the screen's bound does to stage 2's work before timing it (perf-notes v3.28 to v3.30).
+// For each row: the candidates the chunks list, how many lie at or above the row's bound (what
+// stage 2 lists again), and whether the row escapes to the exact path: its needed prefix reaches
+// below the row's bound, or that prefix would pass stage 2's 768 keys (top-k rows cut theirs by a
+// histogram where the row has a bound).
 //
 // A warp's group is 1024 ids; lane l holds ids base + 128 i + 4 l + j (i < 8, j < 4), as fp32's
-// 16-byte loads place them (src/cuda/tile_loader.cuh). Each lane keeps its three largest; the warp's
-// bound is one of:
+// 16-byte loads place them (src/cuda/tile_loader.cuh). Each lane keeps its three largest valid
+// values; the warp's bound is one of:
 //   lanes: just above the largest of the lanes' fourth values (main: no lane holds four above it);
 //   rank r: the r-th largest of the lanes' kept values (docs/experiments/warp-rank-bound-v2.patch),
 //           r fixed (9 in top-k rows, 16 in others) or following V as its screen_rank does, with 9
-//           or 12 in top-k rows (rank-bound-v3.patch takes 12); a lane
-//           with four or more at or above the bound ("crowded") lists them all ("listed", wrB) or
-//           the bound rises above the crowded lanes' fourth values ("unlisted", wrN).
+//           or 12 in top-k rows (rank-bound-v3.patch takes 12), the lanes' bound where the warp
+//           keeps fewer than r; a lane with four or more at or above the bound ("crowded") lists
+//           them all ("listed", wrB) or the bound rises above the crowded lanes' fourth values
+//           ("unlisted", wrN). rank-bound-v3.patch's sparse groups list every valid token instead.
 // The chunk's four warps share their bounds (the largest), as they mostly do at B = 1.
 //
 //   sonic_screen_model [ROWS [V]]   (ROWS a case, default 50; V default 151936; one line a case and
@@ -36,15 +39,18 @@ struct Bound {
   int row_rank;
   bool by_v;       // the ranks as screen_rank picks them for the row's top-k and V
   bool listed;     // crowded lanes list all their tokens at or above the bound (else the bound rises)
-  bool sparse;     // a warp's group of at most 96 valid tokens lists them all and sets no bound
-                   // (rank-bound-v3.patch); a warp keeping fewer than r values takes the lanes' bound
+  int sparse;      // in rows with a rank, a warp's group of at most 96 valid tokens whose lanes
+                   // keep fewer than `sparse` values lists them all and sets no bound
+                   // (rank-bound-v3.patch: 36; 0: never; -96: at most 96 valid tokens, whatever the
+                   // lanes keep); a warp keeping fewer than r values takes the lanes' bound
 };
 
 struct Case {
   std::string name;
   int kind;   // 0 peaked (3 N(0,1), +10 on five ids), 1 flat N(0,1), 2 peaked with a run of ten
               // neighbouring ids on top (digit tokens after "19"), 3 flat, 4 a grammar's mask: -inf
-              // but for one to three runs of 4-40 neighbouring ids and a few scattered ids, 2 N(0,1)
+              // but for one to three runs of 4-40 neighbouring ids and a few scattered ids, 2 N(0,1);
+              // 5 and 6 random masks allowing 8 % and 3 % of the ids, 2 N(0,1)
   int top_k;  // top-k k (needs its top k + 16), or 0: top-p alone (needs its nucleus + 1)
   double top_p;
 };
@@ -72,6 +78,10 @@ std::vector<float> make_row(int kind, std::mt19937_64& g) {
     }
     for (int k = static_cast<int>(g() % 6); k > 0; --k) masked[g() % vocab] = 2.0f * n(g);
     x = masked;
+  }
+  if (kind == 5 || kind == 6) {  // a random mask allowing 8 % or 3 % of the ids
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    for (float& v : x) v = u(g) < (kind == 5 ? 0.08f : 0.03f) ? 2.0f * n(g) : -INFINITY;
   }
   return x;
 }
@@ -123,7 +133,9 @@ void screen_row(const std::vector<float>& x, float tau, const Bound& b, int top_
         valid += static_cast<int>(v.size());
         lanes[w].push_back(v);
       }
-      sparse[w] = b.sparse && valid <= 96;
+      int kept_n = 0;  // the values the lanes keep
+      for (const std::vector<float>& v : lanes[w]) kept_n += std::min<int>(3, static_cast<int>(v.size()));
+      sparse[w] = rank > 0 && valid <= 96 && (b.sparse < 0 || kept_n < b.sparse);
       if (sparse[w]) continue;
       std::sort(kept.begin(), kept.end(), std::greater<float>());
       const float lanes_bound = *std::max_element(fourth.begin(), fourth.end());
@@ -145,8 +157,13 @@ void screen_row(const std::vector<float>& x, float tau, const Bound& b, int top_
     row_bound = std::max(row_bound, chunk_bound);
   }
   t.candidates += static_cast<double>(listed.size());
-  for (float v : listed) t.at_bound += v >= row_bound;
-  t.escaped += row_bound > tau;
+  int t_at_bound = 0;
+  for (float v : listed) t_at_bound += v >= row_bound;
+  t.at_bound += t_at_bound;
+  // Stage 2 also leaves a row to the exact path when its prefix passes kGatherCap (768 keys): top-k
+  // rows cut theirs to about k + 16 by a histogram, which needs a row bound.
+  const bool cut = top_k > 0 && row_bound > -INFINITY;
+  t.escaped += row_bound > tau || (!cut && t_at_bound > 768);
 }
 
 }  // namespace
@@ -162,17 +179,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "sonic_screen_model: V must be at least 4096, got '%s'\n", argv[2]);
     return 2;
   }
-  const std::vector<Bound> bounds = {{"lanes (main)", 0, 0, false, true, false},
-                                     {"rank 9/16 fixed, listed", 9, 16, false, true, false},
-                                     {"rank by V, listed (wrB)", 9, 16, true, true, false},
-                                     {"rank 12 by V, listed (v3)", 12, 16, true, true, true},
-                                     {"v3 without sparse groups", 12, 16, true, true, false},
-                                     {"rank by V, unlisted (wrN)", 9, 16, true, false, false}};
+  const std::vector<Bound> bounds = {{"lanes (main)", 0, 0, false, true, 0},
+                                     {"rank 9/16 fixed, listed", 9, 16, false, true, 0},
+                                     {"rank by V, listed (wrB)", 9, 16, true, true, 0},
+                                     {"rank 12 by V, sparse (v3)", 12, 16, true, true, 36},
+                                     {"v3 without sparse groups", 12, 16, true, true, 0},
+                                     {"v3, every group <= 96 sparse", 12, 16, true, true, -96},
+                                     {"rank by V, unlisted (wrN)", 9, 16, true, false, 0}};
   const std::vector<Case> cases = {{"peaked, top-k 50", 0, 50, 1.0},   {"peaked, top-k 100", 0, 100, 1.0},
                                    {"peaked, top-p 0.9", 0, 0, 0.9},  {"flat, top-k 50", 1, 50, 1.0},
                                    {"digits, top-k 50", 2, 50, 1.0},  {"digits, top-p 0.9", 2, 0, 0.9},
                                    {"flat, top-p 0.02", 3, 0, 0.02},  {"grammar runs, top-k 50", 4, 50, 1.0},
-                                   {"grammar runs, top-p 0.9", 4, 0, 0.9}};
+                                   {"grammar runs, top-p 0.9", 4, 0, 0.9}, {"8 % mask, top-k 50", 5, 50, 1.0},
+                                   {"8 % mask, top-p 0.9", 5, 0, 0.9},      {"3 % mask, top-p 0.9", 6, 0, 0.9}};
   std::mt19937_64 g(1);
   for (const Case& c : cases) {
     std::vector<Tally> tally(bounds.size());
