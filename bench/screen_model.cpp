@@ -51,7 +51,7 @@ struct Case {
               // neighbouring ids on top (digit tokens after "19"), 3 flat, 4 a grammar's mask: -inf
               // but for one to three runs of 4-40 neighbouring ids and a few scattered ids, 2 N(0,1);
               // 5 and 6 random masks allowing 8 % and 3 % of the ids, 2 N(0,1)
-  int top_k;  // top-k k (needs its top k + 16), or 0: top-p alone (needs its nucleus + 1)
+  int top_k;  // top-k k (needs its top k), or 0: top-p alone (needs its nucleus + 1)
   double top_p;
 };
 
@@ -89,7 +89,9 @@ std::vector<float> make_row(int kind, std::mt19937_64& g) {
 // How many of the row's largest tokens the row needs on the fast path (at most its valid ones).
 int needed(const std::vector<float>& sorted, const Case& c) {
   const int valid = static_cast<int>(std::count_if(sorted.begin(), sorted.end(), [](float v) { return v > -INFINITY; }));
-  if (c.top_k) return std::min(c.top_k + 16, valid);  // stage 2's slack
+  // Top-k rows: stage 2 decides a row whose prefix holds k tokens (decide_kept); its slack of 16
+  // (kTopKSlack) only rounds the histogram's cut.
+  if (c.top_k) return std::min(c.top_k, valid);
   const double T = 0.7;
   double total = 0.0, cum = 0.0;
   for (float v : sorted) total += std::exp((v - sorted[0]) / T);

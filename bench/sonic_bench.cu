@@ -79,23 +79,25 @@ struct Case {
   bool peaked;
   bool hetero;
   bool top_p_only;  // "topp-*" (not in BENCH.md): T 1, top-p 0.9 alone; flat rows take the exact path
+  bool grammar = false;  // "grammar-*" (not in BENCH.md): the homogeneous parameters under a grammar's mask
   int kind = -1;    // "hetero-kindK-*" (not in BENCH.md): every row is the heterogeneous batch's kind K
   // The heterogeneous batch's kind of row r (0 greedy; 1 top-k/top-p, penalties; 2 top-k/min-p,
   // bitmask; 3 joint top-k/top-p, penalties), or kind K for every row.
   int row_kind(int r) const { return kind >= 0 ? kind : r % 4; }
 };
 
-// Parses a sample-suite case name: {homog,hetero,topp}-{peaked,flat} or hetero-kindK-{peaked,flat}
-// with K in 0..3; false for any other name.
+// Parses a sample-suite case name: {homog,hetero,topp,grammar}-{peaked,flat} or
+// hetero-kindK-{peaked,flat} with K in 0..3; false for any other name.
 bool parse_case(const std::string& name, Case* c) {
   const size_t dash = name.rfind('-');
   if (dash == std::string::npos) return false;
   const std::string head = name.substr(0, dash), tail = name.substr(dash + 1);
   if (tail != "peaked" && tail != "flat") return false;
   *c = Case{name, tail == "peaked", head.rfind("hetero", 0) == 0, head == "topp"};
+  c->grammar = head == "grammar";
   if (head == "hetero-kind0" || head == "hetero-kind1" || head == "hetero-kind2" || head == "hetero-kind3")
     c->kind = head.back() - '0';
-  else if (head != "homog" && head != "hetero" && head != "topp")
+  else if (head != "homog" && head != "hetero" && head != "topp" && head != "grammar")
     return false;
   return true;
 }
@@ -134,7 +136,7 @@ std::vector<std::string> split(const std::string& s) {
 // tokens, a logit bias of 20 tokens; a grammar bitmask (random half of the vocabulary) on a quarter.
 // The topp cases time the exact path: top-p 0.9 alone on flat logits keeps most of the vocabulary.
 // The hetero-kindK cases give every row the heterogeneous batch's kind K (its rules too), to tell
-// which kind costs what.
+// which kind costs what. The grammar cases take the homogeneous parameters under grammar_mask_row.
 sonic::RequestParams row_params(const Case& c, int r, int32_t V, std::mt19937_64& rng, std::vector<int32_t>* prompt) {
   sonic::RequestParams p;
   p.seed = 1000 + r;
@@ -144,7 +146,7 @@ sonic::RequestParams row_params(const Case& c, int r, int32_t V, std::mt19937_64
     p.top_p = 0.9f;
     return p;
   }
-  if (!c.hetero) {
+  if (!c.hetero) {  // homog and grammar
     p.temperature = 0.7f;
     p.top_k = 50;
     p.top_p = 0.9f;
@@ -201,6 +203,21 @@ void emit(FILE* f, const Args& a, const std::string& impl, const std::string& cs
   std::fflush(f);
 }
 
+
+// The grammar cases' bitmask of row r (words 32-bit words): a grammar state that allows 60 tokens,
+// two runs of neighbouring ids (10 ids, as digit tokens lie in most vocabularies, and 26, as letters
+// might) and 24 scattered ids, at places that differ from row to row. The row's top-k 50 keeps
+// every allowed token above the slack, so a screen that leaves any of them out sends the row to the
+// exact path (perf-notes v3.30).
+void grammar_mask_row(int r, int32_t V, std::mt19937_64& rng, int32_t* words, int32_t n_words) {
+  std::fill(words, words + n_words, 0);
+  auto allow = [&](int32_t t) { words[t / 32] |= static_cast<int32_t>(1u << (t % 32)); };
+  const int32_t run10 = static_cast<int32_t>((static_cast<int64_t>(r) * 7919 + 100) % (V - 64));
+  const int32_t run26 = static_cast<int32_t>((static_cast<int64_t>(r) * 104729 + V / 2) % (V - 64));
+  for (int32_t t = 0; t < 10; ++t) allow(run10 + t);
+  for (int32_t t = 0; t < 26; ++t) allow(run26 + t);
+  for (int i = 0; i < 24; ++i) allow(static_cast<int32_t>(rng() % V));
+}
 
 // Suite "topk": Sampler::top_k (k = --k) on the homog-peaked logits, checked against the CPU
 // reference on the first rows, then timed. Lines carry suite "topk" and the k.
@@ -543,7 +560,7 @@ int main(int argc, char** argv) {
       for (const std::string& cname : a.cases) {
         Case c;
         if (!parse_case(cname, &c)) {
-          std::fprintf(stderr, "--case: unknown sample case '%s' (homog-, hetero-, topp- or hetero-kind0..3-, then peaked or flat)\n",
+          std::fprintf(stderr, "--case: unknown sample case '%s' (homog-, hetero-, topp-, grammar- or hetero-kind0..3-, then peaked or flat)\n",
                        cname.c_str());
           return 2;
         }
@@ -573,10 +590,12 @@ int main(int argc, char** argv) {
           const int32_t words = (V + 31) / 32;
           std::vector<int32_t> h_mask, h_mask_index(B, -1);
           sonic::BitmaskView bm;
-          if (c.hetero) {
+          if (c.hetero || c.grammar) {
             h_mask.resize(static_cast<size_t>(B) * words);
             for (auto& w : h_mask) w = static_cast<int32_t>(rng());
-            for (int r = 0; r < B; ++r) h_mask_index[r] = c.row_kind(r) == 2 ? r : -1;
+            for (int r = 0; r < B; ++r) h_mask_index[r] = c.grammar || c.row_kind(r) == 2 ? r : -1;
+            if (c.grammar)
+              for (int r = 0; r < B; ++r) grammar_mask_row(r, V, rng, h_mask.data() + static_cast<size_t>(r) * words, words);
             CHECK_CUDA(cudaMalloc(&mask, h_mask.size() * 4));
             CHECK_CUDA(cudaMalloc(&mask_index, B * 4));
             CHECK_CUDA(cudaMemcpy(mask, h_mask.data(), h_mask.size() * 4, cudaMemcpyHostToDevice));
@@ -609,7 +628,7 @@ int main(int argc, char** argv) {
             for (int r = 0; r < nref; ++r) {
               const std::vector<float> x = sonic::ref::row_to_float(host.data() + static_cast<size_t>(r) * V * elem, dt, V);
               const sonic::ref::TokenCounts counts = sonic::ref::count_tokens(prompts[r], {});
-              const int32_t* mrow = c.hetero && h_mask_index[r] >= 0 ? h_mask.data() + static_cast<size_t>(r) * words : nullptr;
+              const int32_t* mrow = h_mask_index[r] >= 0 ? h_mask.data() + static_cast<size_t>(r) * words : nullptr;
               const sonic::ref::RowContext ctx{&params[r], &counts, mrow, V, steps[r], 0};
               mism += sonic::ref::sample_row(x.data(), ctx, sonic::LogprobMode::kRaw).token != got[r];
             }
