@@ -204,11 +204,12 @@ void emit(FILE* f, const Args& a, const std::string& impl, const std::string& cs
 }
 
 
-// The grammar cases' bitmask of row r (words 32-bit words): a grammar state that allows 60 tokens,
-// two runs of neighbouring ids (10 ids, as digit tokens lie in most vocabularies, and 26, as letters
-// might) and 24 scattered ids, at places that differ from row to row. The row's top-k 50 keeps
-// every allowed token above the slack, so a screen that leaves any of them out sends the row to the
-// exact path (perf-notes v3.30).
+// The grammar cases' bitmask of row r (words 32-bit words): a grammar state that allows about 60
+// tokens, two runs of neighbouring ids (10 ids, as digit tokens lie in most vocabularies, and 26, as
+// letters might) and 24 scattered ids, at places that differ from row to row. The row's top-k 50
+// needs 50 of them: a screen that bounds a run's group above a crowded lane's fourth id (main's
+// bound) can leave fewer than 50 above the row's bound, and the row then takes the exact path
+// (perf-notes v3.30).
 void grammar_mask_row(int r, int32_t V, std::mt19937_64& rng, int32_t* words, int32_t n_words) {
   std::fill(words, words + n_words, 0);
   auto allow = [&](int32_t t) { words[t / 32] |= static_cast<int32_t>(1u << (t % 32)); };
