@@ -58,6 +58,9 @@ struct Case {
 struct Tally {
   double candidates = 0, at_bound = 0;
   int escaped = 0;
+  int below_bound = 0;  // of those, rows whose needed prefix reaches below the row's bound
+  int with_mass_cut = 0;  // rows escaping if stage 2 cut top-p rows' prefixes by mass as top-k rows'
+                          // by count: below the bound, or a nucleus past 768 keys
 };
 
 std::vector<float> make_row(int kind, std::mt19937_64& g) {
@@ -111,7 +114,7 @@ int row_rank(const Bound& b, int top_k) {
   return vocab >= 32 * kGroup ? b.row_rank : 0;
 }
 
-void screen_row(const std::vector<float>& x, float tau, const Bound& b, int top_k, Tally& t) {
+void screen_row(const std::vector<float>& x, float tau, int need, const Bound& b, int top_k, Tally& t) {
   const int rank = row_rank(b, top_k);
   std::vector<float> listed;
   float row_bound = -INFINITY;
@@ -166,6 +169,8 @@ void screen_row(const std::vector<float>& x, float tau, const Bound& b, int top_
   // rows cut theirs to about k + 16 by a histogram, which needs a row bound.
   const bool cut = top_k > 0 && row_bound > -INFINITY;
   t.escaped += row_bound > tau || (!cut && t_at_bound > 768);
+  t.below_bound += row_bound > tau;
+  t.with_mass_cut += row_bound > tau || (!cut && (row_bound > -INFINITY ? need : t_at_bound) > 768);
 }
 
 }  // namespace
@@ -204,12 +209,14 @@ int main(int argc, char** argv) {
       std::sort(sorted.begin(), sorted.end(), std::greater<float>());
       const int n = needed(sorted, c);
       need += n;
-      for (size_t b = 0; b < bounds.size(); ++b) screen_row(x, sorted[n - 1], bounds[b], c.top_k, tally[b]);
+      for (size_t b = 0; b < bounds.size(); ++b) screen_row(x, sorted[n - 1], n, bounds[b], c.top_k, tally[b]);
     }
     std::printf("%s (needs its top %.0f):\n", c.name.c_str(), need / rows);
     for (size_t b = 0; b < bounds.size(); ++b)
-      std::printf("  %-26s %6.0f candidates, %5.0f at the row's bound, %d of %d rows escape\n", bounds[b].name.c_str(),
-                  tally[b].candidates / rows, tally[b].at_bound / rows, tally[b].escaped, rows);
+      std::printf("  %-26s %6.0f candidates, %5.0f at the row's bound, %d of %d rows escape (%d below the bound; %d with "
+                  "a mass cut)\n",
+                  bounds[b].name.c_str(), tally[b].candidates / rows, tally[b].at_bound / rows, tally[b].escaped, rows,
+                  tally[b].below_bound, tally[b].with_mass_cut);
   }
   return 0;
 }

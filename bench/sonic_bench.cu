@@ -79,6 +79,7 @@ struct Case {
   bool peaked;
   bool hetero;
   bool top_p_only;  // "topp-*" (not in BENCH.md): T 1, top-p 0.9 alone; flat rows take the exact path
+  bool sharp = false;  // "topp-sharp-*" (not in BENCH.md): the same at T 0.7, a nucleus of a few hundred
   bool grammar = false;  // "grammar-*" (not in BENCH.md): the homogeneous parameters under a grammar's mask
   int kind = -1;    // "hetero-kindK-*" (not in BENCH.md): every row is the heterogeneous batch's kind K
   // The heterogeneous batch's kind of row r (0 greedy; 1 top-k/top-p, penalties; 2 top-k/min-p,
@@ -86,18 +87,19 @@ struct Case {
   int row_kind(int r) const { return kind >= 0 ? kind : r % 4; }
 };
 
-// Parses a sample-suite case name: {homog,hetero,topp,grammar}-{peaked,flat} or
+// Parses a sample-suite case name: {homog,hetero,topp,topp-sharp,grammar}-{peaked,flat} or
 // hetero-kindK-{peaked,flat} with K in 0..3; false for any other name.
 bool parse_case(const std::string& name, Case* c) {
   const size_t dash = name.rfind('-');
   if (dash == std::string::npos) return false;
   const std::string head = name.substr(0, dash), tail = name.substr(dash + 1);
   if (tail != "peaked" && tail != "flat") return false;
-  *c = Case{name, tail == "peaked", head.rfind("hetero", 0) == 0, head == "topp"};
+  *c = Case{name, tail == "peaked", head.rfind("hetero", 0) == 0, head == "topp" || head == "topp-sharp"};
+  c->sharp = head == "topp-sharp";
   c->grammar = head == "grammar";
   if (head == "hetero-kind0" || head == "hetero-kind1" || head == "hetero-kind2" || head == "hetero-kind3")
     c->kind = head.back() - '0';
-  else if (head != "homog" && head != "hetero" && head != "topp" && head != "grammar")
+  else if (head != "homog" && head != "hetero" && head != "topp" && head != "topp-sharp" && head != "grammar")
     return false;
   return true;
 }
@@ -135,6 +137,8 @@ std::vector<std::string> split(const std::string& s) {
 // a quarter greedy, the rest mixed top-k / top-p / min-p, half with penalties over 1000 history
 // tokens, a logit bias of 20 tokens; a grammar bitmask (random half of the vocabulary) on a quarter.
 // The topp cases time the exact path: top-p 0.9 alone on flat logits keeps most of the vocabulary.
+// The topp-sharp cases take T 0.7: a peaked row's nucleus is then a few hundred keys, far fewer
+// than stage 1 leaves at its bound (docs/experiments/topp-mass-cut.patch).
 // The hetero-kindK cases give every row the heterogeneous batch's kind K (its rules too), to tell
 // which kind costs what. The grammar cases take the homogeneous parameters under grammar_mask_row.
 sonic::RequestParams row_params(const Case& c, int r, int32_t V, std::mt19937_64& rng, std::vector<int32_t>* prompt) {
@@ -142,7 +146,7 @@ sonic::RequestParams row_params(const Case& c, int r, int32_t V, std::mt19937_64
   p.seed = 1000 + r;
   prompt->clear();
   if (c.top_p_only) {
-    p.temperature = 1.0f;
+    p.temperature = c.sharp ? 0.7f : 1.0f;
     p.top_p = 0.9f;
     return p;
   }
@@ -561,7 +565,7 @@ int main(int argc, char** argv) {
       for (const std::string& cname : a.cases) {
         Case c;
         if (!parse_case(cname, &c)) {
-          std::fprintf(stderr, "--case: unknown sample case '%s' (homog-, hetero-, topp-, grammar- or hetero-kind0..3-, then peaked or flat)\n",
+          std::fprintf(stderr, "--case: unknown sample case '%s' (homog-, hetero-, topp-, topp-sharp-, grammar- or hetero-kind0..3-, then peaked or flat)\n",
                        cname.c_str());
           return 2;
         }

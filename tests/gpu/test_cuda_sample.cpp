@@ -709,6 +709,30 @@ TEST(CudaExactPath, WideNucleusMatchesReference) { wide_nucleus_agrees(151936, {
 // The same at vocabularies small enough for compute-sanitizer: more slices than a slice has tokens.
 TEST(CudaExactPath, WideNucleusSmallVocabulary) { wide_nucleus_agrees(1000, {{3, 6}, {12, 3}}); }
 
+// Top-p alone (no top-k, no min-p), the rows' other parameters random (penalties, bias, lists, top
+// N), every row kind, temperatures 0.3-1.2 and top-p 0.5-0.99: at V = 151936 stage 1 leaves about
+// 1100 candidates at a peaked row's bound, more than stage 2 sorts, while the nucleus is often far
+// smaller (docs/experiments/topp-mass-cut.patch cuts such prefixes by mass). Whichever path takes a
+// row, it agrees with the reference within near-ties.
+void top_p_alone_agrees(int32_t V) {
+  for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16}) {
+    std::mt19937_64 rng(6161 + V + static_cast<int>(dtype));
+    Batch b = random_batch(rng, V, 24, dtype, kTopN, /*with_bitmask=*/true);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    for (sonic::RequestParams& p : b.params) {
+      p.temperature = 0.3f + 0.9f * u(rng);
+      p.top_k = 0;
+      p.min_p = 0.0f;
+      p.top_p = 0.5f + 0.49f * u(rng);
+    }
+    agreement_within_near_ties(b, 6, "top-p alone");
+  }
+}
+
+TEST(CudaTopPAlone, NucleusMatchesReference) { top_p_alone_agrees(151936); }
+// The same at a vocabulary small enough for the sanitizers.
+TEST(CudaTopPAlone, SmallVocabulary) { top_p_alone_agrees(3001); }
+
 // Truncated rows whose top tokens crowd one warp's group of 1024 ids (stage 1 screens a group of a
 // warp at a time, 32 ids a lane: a 16-byte load's ids, then the next load's 128 or 256 ids on):
 // consecutive ids, four or eight a lane; one id a lane, the whole crowd in one warp's group; the
