@@ -40,9 +40,9 @@ struct Bound {
   bool by_v;       // the ranks as screen_rank picks them for the row's top-k and V
   bool listed;     // crowded lanes list all their tokens at or above the bound (else the bound rises)
   int sparse;      // in rows with a rank, a warp's group of at most 96 valid tokens whose lanes
-                   // keep fewer than `sparse` values lists them all and sets no bound
-                   // (rank-bound-v3.patch: 36; 0: never; -96: at most 96 valid tokens, whatever the
-                   // lanes keep); a warp keeping fewer than r values takes the lanes' bound
+                   // keep fewer than `sparse` values (at most 96) lists them all and sets no bound
+                   // (rank-bound-v3.patch: 36; 0: never; 97: whatever the lanes keep); a warp
+                   // keeping fewer than r values takes the lanes' bound
 };
 
 struct Case {
@@ -140,7 +140,7 @@ void screen_row(const std::vector<float>& x, float tau, int need, const Bound& b
       }
       int kept_n = 0;  // the values the lanes keep
       for (const std::vector<float>& v : lanes[w]) kept_n += std::min<int>(3, static_cast<int>(v.size()));
-      sparse[w] = rank > 0 && valid <= 96 && (b.sparse < 0 || kept_n < b.sparse);
+      sparse[w] = rank > 0 && valid <= 96 && kept_n < b.sparse;
       if (sparse[w]) continue;
       std::sort(kept.begin(), kept.end(), std::greater<float>());
       const float lanes_bound = *std::max_element(fourth.begin(), fourth.end());
@@ -191,7 +191,7 @@ int main(int argc, char** argv) {
                                      {"rank by V, listed (wrB)", 9, 16, true, true, 0},
                                      {"rank 12 by V, sparse (v3)", 12, 16, true, true, 36},
                                      {"v3 without sparse groups", 12, 16, true, true, 0},
-                                     {"v3, every group <= 96 sparse", 12, 16, true, true, -96},
+                                     {"v3, every group <= 96 sparse", 12, 16, true, true, 97},
                                      {"rank by V, unlisted (wrN)", 9, 16, true, false, 0}};
   const std::vector<Case> cases = {{"peaked, top-k 50", 0, 50, 1.0},   {"peaked, top-k 100", 0, 100, 1.0},
                                    {"peaked, top-p 0.9", 0, 0, 0.9},  {"flat, top-k 50", 1, 50, 1.0},

@@ -597,10 +597,11 @@ int main(int argc, char** argv) {
           sonic::BitmaskView bm;
           if (c.hetero || c.grammar) {
             h_mask.resize(static_cast<size_t>(B) * words);
-            for (auto& w : h_mask) w = static_cast<int32_t>(rng());
-            for (int r = 0; r < B; ++r) h_mask_index[r] = c.grammar || c.row_kind(r) == 2 ? r : -1;
             if (c.grammar)
               for (int r = 0; r < B; ++r) grammar_mask_row(r, V, rng, h_mask.data() + static_cast<size_t>(r) * words, words);
+            else
+              for (auto& w : h_mask) w = static_cast<int32_t>(rng());
+            for (int r = 0; r < B; ++r) h_mask_index[r] = c.grammar || c.row_kind(r) == 2 ? r : -1;
             CHECK_CUDA(cudaMalloc(&mask, h_mask.size() * 4));
             CHECK_CUDA(cudaMalloc(&mask_index, B * 4));
             CHECK_CUDA(cudaMemcpy(mask, h_mask.data(), h_mask.size() * 4, cudaMemcpyHostToDevice));
