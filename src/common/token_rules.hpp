@@ -108,6 +108,9 @@ SONIC_HD uint32_t order_bits(float z) {
 SONIC_HD float order_bits_to_float(uint32_t k) {
   return bits_to_float((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k);
 }
+// order_bits(-FLT_MAX), the least of a finite value. Below it lie -inf's (one less) and the negative
+// NaNs': a bound on keys there has no finite value to compare logits with.
+constexpr uint32_t kLeastFiniteOrderBits = 0x00800000u;
 
 // The total order of steps 7-8 as one integer: z descending, then token id ascending. A larger
 // key comes first. Keeps the full fp32 value (a truncated key would change the kept set).

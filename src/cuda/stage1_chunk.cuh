@@ -464,7 +464,12 @@ __device__ __forceinline__ void raise_by_top_k(const ScreenContext& c, int32_t t
     for (int w = 0; w < kFastWarps; ++w) n += v[w] >= u;
     return static_cast<int>(warp_sum(n));
   };
-  uint32_t lo = max(acc.bound_hi, 1u);  // 0 marks no maximum
+  // The bisection's floor: a published maximum is 0 (none) or a valid key, so reach(lo) counts them
+  // all. Starting it at 1 let a few probes end on a high word below every finite value's, whose
+  // value is a NaN (or -inf): the by-bound screen then listed nothing while the chunk reported that
+  // bound, which dropped valid tokens of later steps (a row masked by the engine with the dtype's
+  // lowest finite value, under top-k).
+  uint32_t lo = max(acc.bound_hi, detail::kLeastFiniteOrderBits);
   if (reach(lo) < top_k) return;
   uint32_t top = v[0];
 #pragma unroll

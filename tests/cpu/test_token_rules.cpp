@@ -314,6 +314,10 @@ TEST(TokenRules, PackKeyRoundTrip) {
     prev_bits = k;
   }
   EXPECT_GT(order_bits(kInf), prev_bits);
+  // The least finite value's high word, just above -inf's; below that the values are NaNs.
+  EXPECT_EQ(order_bits(-std::numeric_limits<float>::max()), kLeastFiniteOrderBits);
+  EXPECT_EQ(order_bits(-kInf), kLeastFiniteOrderBits - 1u);
+  EXPECT_TRUE(std::isnan(order_bits_to_float(kLeastFiniteOrderBits - 2u)));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -829,6 +830,54 @@ TEST(CudaGrammarMasks, RunsOfAllowedIdsMatchReference) { grammar_masks_agree(151
 // The same at a vocabulary small enough for the sanitizers (where the screen's rank follows V, a
 // build with fixed ranks takes the rank path here: perf-notes v3.30).
 TEST(CudaGrammarMasks, SmallVocabulary) { grammar_masks_agree(3001); }
+
+// Rows masked by the engine itself, as Hugging Face's logits processors do: the disallowed logits
+// set to the dtype's lowest finite value (in fp32 also -1e30, every other row) instead of -inf, so
+// every token is valid and the allowed ones (runs and scattered ids, as above) stand far above the
+// rest; top-k 1-128 in most rows. A chunk's lanes then publish maxima at that lowest value, and a
+// top-k raise of the chunk's bound must not end below every finite key: from 1 it did, on a bound
+// whose value is a NaN, under which the by-bound screen listed nothing of later steps while the
+// chunk reported it (perf-notes v3.31). The raise runs between steps, so chunks of several steps
+// are forced too.
+void engine_masks_agree(int32_t V, const char* tiles_per_chunk) {
+  for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16}) {
+    SCOPED_TRACE("V = " + std::to_string(V) + ", dtype " + std::to_string(static_cast<int>(dtype)) +
+                 ", tiles a chunk " + (tiles_per_chunk ? tiles_per_chunk : "(default)"));
+    std::mt19937_64 rng(6160 + V + static_cast<int>(dtype));
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    Batch b = random_batch(rng, V, 24, dtype, kTopN, /*with_bitmask=*/false);
+    // The lowest finite value of each dtype (bf16's is exact in fp32).
+    const float lowest = dtype == sonic::DType::kF32 ? -std::numeric_limits<float>::max() : -3.38953139e38f;
+    for (int32_t r = 0; r < b.rows; ++r) {
+      std::vector<char> allowed(V, 0);
+      for (int32_t k = 1 + static_cast<int32_t>(rng() % 3); k > 0; --k) {
+        const int32_t len = 1 + static_cast<int32_t>(rng() % 40);
+        const int32_t start = static_cast<int32_t>(rng() % (V - len));
+        std::fill(allowed.begin() + start, allowed.begin() + start + len, 1);
+      }
+      for (int32_t k = static_cast<int32_t>(rng() % 6); k > 0; --k) allowed[rng() % V] = 1;
+      const float masked = dtype == sonic::DType::kF32 && r % 2 == 1 ? -1e30f : lowest;
+      float* row = b.logits.data() + static_cast<size_t>(r) * b.cols;
+      for (int32_t t = 0; t < V; ++t)
+        if (!allowed[t]) row[t] = masked;
+      sonic::RequestParams& p = b.params[r];
+      p.allowed_tokens.clear();
+      if (r % 4 != 3) {  // truncated random rows with a top-k; the fourth keeps random_params' choice
+        p.temperature = 0.5f + 0.8f * u(rng);
+        p.top_k = 1 + static_cast<int32_t>(rng() % 128);
+      }
+    }
+    const ScopedEnv env("SONIC_CUDA_TILES_PER_CHUNK", tiles_per_chunk);
+    agreement_within_near_ties(b, 4, "engine masks");
+  }
+}
+
+TEST(CudaEngineMasks, LowestFiniteMaskMatchesReference) {
+  engine_masks_agree(151936, nullptr);
+  engine_masks_agree(151936, "7");
+}
+// Chunks of three tiles at a vocabulary small enough for the sanitizers.
+TEST(CudaEngineMasks, SmallVocabulary) { engine_masks_agree(30001, "3"); }
 
 // agreement_run with the environment variable `var` set to `value` while the samplers are made
 // (null: unset), for the backend's shape switches (read when a sampler is created): prints the

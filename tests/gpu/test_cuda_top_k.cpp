@@ -1,14 +1,18 @@
 // Sampler::top_k on the CUDA backend against the CPU reference, id for id and value for value: every
 // V of the agreement tests, every dtype, k from 1 to 1024, on peaked, flat and nasty rows (ties, NaN,
-// -inf, +inf, bf16 plateaus, rows with fewer than k finite logits, padded rows), so that both the
-// fast path and the exact top-k kernel are exercised; and one call captured in a graph and replayed.
+// -inf, +inf, bf16 plateaus, rows with fewer than k finite logits, rows masked with the dtype's lowest
+// finite value, padded rows), so that both the fast path and the exact top-k kernel are exercised; and
+// one call captured in a graph and replayed.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu_harness.hpp"
@@ -40,20 +44,22 @@ SamplerConfig config(Backend b, int32_t V, int32_t rows) {
 }
 
 // Row kinds: 0 peaked, 1 flat, 2 quantised (many ties), 3 plateau with a few NaN / -inf,
-// 4 fewer than k finite logits, 5 a +inf among finite ones.
-std::vector<float> make_rows(int32_t rows, int32_t cols, int32_t V, int32_t k, std::mt19937_64& rng) {
+// 4 fewer than k finite logits, 5 a +inf among finite ones, 6 masked by the caller with the dtype's
+// lowest finite value (`lowest`) but for runs of ids and a few scattered ones (fewer than k, often).
+std::vector<float> make_rows(int32_t rows, int32_t cols, int32_t V, int32_t k, float lowest, std::mt19937_64& rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_int_distribution<int32_t> any(0, V - 1);
   std::vector<float> x(static_cast<size_t>(rows) * cols);
   for (int32_t r = 0; r < rows; ++r) {
     float* row = x.data() + static_cast<size_t>(r) * cols;
-    const int kind = r % 6;
+    const int kind = r % 7;
     for (int32_t t = 0; t < cols; ++t) {
       float v = normal(rng);
       if (kind == 0) v *= 3.0f;
       if (kind == 2) v = std::round(v * 4.0f) / 4.0f;
       if (kind == 3) v = 1.0f;
       if (kind == 4) v = -kInf;
+      if (kind == 6) v = lowest;
       row[t] = t < V ? v : 1e30f;  // padding must never be returned
     }
     if (kind == 0)
@@ -63,6 +69,12 @@ std::vector<float> make_rows(int32_t rows, int32_t cols, int32_t V, int32_t k, s
     if (kind == 4)
       for (int i = 0; i < k / 2; ++i) row[any(rng)] = normal(rng);
     if (kind == 5) row[any(rng)] = kInf;
+    if (kind == 6)
+      for (int run = 0; run < 3; ++run) {
+        const int32_t start = any(rng), len = 1 + static_cast<int32_t>(rng() % 40);
+        for (int32_t t = start; t < std::min(V, start + len); ++t) row[t] = 3.0f * normal(rng);
+        row[any(rng)] = normal(rng);
+      }
   }
   return x;
 }
@@ -86,16 +98,23 @@ TEST_P(CudaTopK, MatchesReferenceIdForId) {
   const int32_t V = shape.V, cols = V + 3, rows = 12;
   std::mt19937_64 rng(V * 31 + static_cast<int>(shape.dtype));
   Sampler cpu(config(Backend::kCpu, V, rows));
-  // Stage 2 in each row's last block and in row_stage2_kernel (the default for 12 rows), forced.
-  for (const char* separate_rows : {"0", "100000"})
+  const float lowest = shape.dtype == DType::kF32    ? -std::numeric_limits<float>::max()
+                       : shape.dtype == DType::kBF16 ? -3.38953139e38f
+                                                     : -65504.0f;
+  // Stage 2 in each row's last block and in row_stage2_kernel (the default for 12 rows), forced; and
+  // chunks of five tiles (several steps, between which top-k rows raise the bound), forced.
+  for (const auto& [separate_rows, per_chunk] :
+       {std::pair<const char*, const char*>{"0", nullptr}, {"100000", nullptr}, {"0", "5"}})
   for (int32_t k : {1, 50, 128, 1024}) {
     if (k > V) continue;
-    SCOPED_TRACE(std::string("separate stage 2 up to ") + separate_rows + " rows");
+    SCOPED_TRACE(std::string("separate stage 2 up to ") + separate_rows + " rows, tiles a chunk " +
+                 (per_chunk ? per_chunk : "(default)"));
     Sampler gpu = [&] {
       const ScopedEnv env("SONIC_CUDA_SEPARATE_STAGE2_ROWS", separate_rows);
+      const ScopedEnv chunks("SONIC_CUDA_TILES_PER_CHUNK", per_chunk);
       return Sampler(config(Backend::kCuda, V, rows));
     }();
-    const std::vector<float> x = make_rows(rows, cols, V, k, rng);
+    const std::vector<float> x = make_rows(rows, cols, V, k, lowest, rng);
     const size_t elem = shape.dtype == DType::kF32 ? 4 : 2;
     std::vector<uint16_t> half;
     const void* host = x.data();
@@ -158,7 +177,7 @@ TEST(CudaTopKGraph, CapturedCallReplaysWithNewLogits) {
   SONIC_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
   int wrong = 0;
   for (int rep = 0; rep < 50; ++rep) {
-    const std::vector<float> x = make_rows(rows, V, V, k, rng);
+    const std::vector<float> x = make_rows(rows, V, V, k, -std::numeric_limits<float>::max(), rng);
     SONIC_TEST_CUDA(cudaMemcpyAsync(d_x.get(), x.data(), x.size() * 4, cudaMemcpyHostToDevice, stream));
     SONIC_TEST_CUDA(cudaGraphLaunch(exec, stream));
     SONIC_TEST_CUDA(cudaStreamSynchronize(stream));
