@@ -64,6 +64,7 @@ typedef int32_t sonic_status;
 
 #define SONIC_MAX_TOP_LOGPROBS 20
 #define SONIC_MAX_CPU_THREADS 1024
+#define SONIC_MAX_HISTORY (1 << 28)
 
 /* ---- Types ----------------------------------------------------------------------------------- */
 typedef struct sonic_sampler sonic_sampler; /* opaque */
@@ -78,7 +79,8 @@ typedef struct sonic_config {
   int32_t max_history;       /* history tokens per slot; default 32768 */
   int32_t max_token_list;    /* logit-bias + banned + allowed entries per request; default 4096 */
   int32_t max_top_logprobs;  /* top-N capacity, 0..20; default 0 */
-  int32_t max_final_entries; /* sparse final distribution capacity per row; default 0 */
+  int32_t max_final_entries; /* sparse final distribution capacity per row; default 0 (CUDA: about
+                                28000 on an H100 or H200, the exact sampler's shared memory) */
   int32_t device;            /* CUDA device ordinal; default 0 */
   int32_t cpu_threads;       /* CPU backend: threads a call's rows are spread over (0: one a
                                 hardware thread); default 1 */

@@ -125,8 +125,9 @@ void validate_config(const SamplerConfig& config) {
     invalid_argument("config.max_rows", fmt(config.max_rows), "must be > 0");
   if (config.max_drafts < 0)
     invalid_argument("config.max_drafts", fmt(config.max_drafts), "must be >= 0");
-  if (config.max_history < 0)
-    invalid_argument("config.max_history", fmt(config.max_history), "must be >= 0");
+  if (config.max_history < 0 || config.max_history > kMaxHistory)
+    invalid_argument("config.max_history", fmt(config.max_history),
+                     "must be in [0, " + fmt(kMaxHistory) + "]");
   if (config.max_token_list < 0)
     invalid_argument("config.max_token_list", fmt(config.max_token_list), "must be >= 0");
   if (config.max_top_logprobs < 0 || config.max_top_logprobs > kMaxTopLogprobs)

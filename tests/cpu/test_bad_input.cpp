@@ -336,6 +336,8 @@ TEST_F(BadInput, Config) {
       {[](SamplerConfig& c) { c.max_rows = -1; }, "config.max_rows", "-1"},
       {[](SamplerConfig& c) { c.max_drafts = -1; }, "config.max_drafts", "-1"},
       {[](SamplerConfig& c) { c.max_history = -1; }, "config.max_history", "-1"},
+      {[](SamplerConfig& c) { c.max_history = sonic::kMaxHistory + 1; }, "config.max_history", "268435457"},
+      {[](SamplerConfig& c) { c.max_history = 2147483647; }, "config.max_history", "2147483647"},
       {[](SamplerConfig& c) { c.max_token_list = -1; }, "config.max_token_list", "-1"},
       {[](SamplerConfig& c) { c.max_top_logprobs = -1; }, "config.max_top_logprobs", "-1"},
       {[](SamplerConfig& c) { c.max_top_logprobs = 21; }, "config.max_top_logprobs", "21"},
