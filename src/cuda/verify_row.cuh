@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "common/random.hpp"
+#include "common/request_rows.hpp"
 #include "common/token_rules.hpp"
 #include "cuda/prologue.cuh"
 #include "cuda/row_job.cuh"
@@ -28,11 +29,7 @@ struct VerifyRow {
 __device__ inline VerifyRow locate_verify_row(const RowJob& job, int32_t row) {
   const VerifyJob& v = job.verify;
   VerifyRow w;
-  int32_t lo = 0, hi = v.num_requests;  // last b with cu_rows[b] <= row
-  while (hi - lo > 1) {
-    const int32_t mid = (lo + hi) >> 1;
-    if (v.cu_rows[mid] <= row) lo = mid; else hi = mid;
-  }
+  const int32_t lo = detail::owner_of_row(v.cu_rows, v.num_requests, row);
   const int32_t first = v.cu_rows[lo], last = v.cu_rows[lo + 1];
   if (!(first <= row && row < last)) return w;
   w.request = lo;
@@ -56,8 +53,10 @@ __device__ inline bool request_inputs_ok(const RowJob& job, const VerifyRow& w, 
   const SlotTableView& tab = job.table;
   const int32_t V = tab.vocab_size;
   const bool random = tab.params[w.slot].temperature != 0.0f;
-  if (random && (w.rule < 0 || w.rule > static_cast<int32_t>(VerifyRule::kStrict))) return false;
-  bool ok = true;
+  // An unknown rule makes the request invalid whatever its temperature, as in the reference.
+  if (w.rule < 0 || w.rule > static_cast<int32_t>(VerifyRule::kStrict)) return false;
+  // Every row of the range is the request's (a cu_rows that steps back gives a row to two ranges).
+  bool ok = detail::owns_rows(v.cu_rows, v.num_requests, w.request, w.first, w.first + w.n + 1, i0, stride);
   for (int32_t j = i0; j < w.n; j += stride) {
     const int64_t d = w.draft0 + j;
     const int32_t token = v.draft_tokens[d];
@@ -91,17 +90,19 @@ __device__ inline bool request_inputs_ok(const RowJob& job, const VerifyRow& w, 
   return ok;
 }
 
-// q_j(t) of draft index d under the request's rule (one-hot: t == d_j).
+// q_j(t) of draft index d under the request's rule (one-hot: t == d_j); a value below 0 or NaN
+// counts as 0, as in the reference (semantics.md).
 __device__ inline float draft_prob(const VerifyJob& v, int32_t rule, int64_t d, int32_t dj, int32_t t) {
-  if (rule == static_cast<int32_t>(VerifyRule::kDenseDraftProbs)) return v.q.dense[d * v.q.dense_stride + t];
-  if (rule == static_cast<int32_t>(VerifyRule::kSparseDraftProbs)) {
+  float q = t == dj ? 1.0f : 0.0f;
+  if (rule == static_cast<int32_t>(VerifyRule::kDenseDraftProbs)) {
+    q = v.q.dense[d * v.q.dense_stride + t];
+  } else if (rule == static_cast<int32_t>(VerifyRule::kSparseDraftProbs)) {
     const int32_t count = v.q.sparse_count[d];
-    float q = 0.0f;  // the last entry of an id wins, as in the reference
+    q = 0.0f;  // the last entry of an id wins, as in the reference
     for (int32_t k = 0; k < count; ++k)
       if (v.q.sparse_ids[d * v.q.sparse_stride + k] == t) q = v.q.sparse_probs[d * v.q.sparse_stride + k];
-    return q;
   }
-  return t == dj ? 1.0f : 0.0f;
+  return q > 0.0f ? q : 0.0f;
 }
 
 // The acceptance test of SPEC.md section 3 for draft d_j with p = p_j(d_j), q = q_j(d_j).

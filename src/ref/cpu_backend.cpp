@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 
+#include "common/request_rows.hpp"
 #include "host/backend.hpp"
 #include "host/validate.hpp"
 #include "ref/parallel_for.hpp"
@@ -154,8 +155,11 @@ class CpuBackend final : public SamplerBackend {
       w.slot = in.slots ? in.slots[b] : static_cast<int32_t>(b);
       w.first = in.cu_rows[b];
       w.last = in.cu_rows[b + 1];
+      // Every row of the range must be the request's (detail::owner_of_row, the CUDA backend's
+      // bisection): a cu_rows that steps back gives a row to two ranges.
       const bool rows_ok = w.first >= 0 && w.first < w.last && w.last <= logits.rows &&
-                           w.last - w.first - 1 <= config_.max_drafts;
+                           w.last - w.first - 1 <= config_.max_drafts &&
+                           detail::owns_rows(in.cu_rows, in.num_requests, static_cast<int32_t>(b), w.first, w.last, 0, 1);
       ref::VerifyRequest req;
       std::vector<std::vector<float>> rows;  // req.rows point into it
       w.ok = rows_ok && slot_is_active(w.slot) &&

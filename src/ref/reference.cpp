@@ -390,6 +390,7 @@ VerifyResult verify_request(const VerifyRequest& req, LogprobMode mode) {
     } else {
       qj[d] = 1.0f;
     }
+    for (float& q : qj) q = q > 0.0f ? q : 0.0f;  // below 0 or NaN: 0 (semantics.md)
     const float u = detail::uniform_from_word(
         detail::random_word(p.seed, req.step, detail::purpose(detail::Draw::kAcceptance, j), 0));
     if (pj[d] > 0.0f && detail::mul_rn(u, qj[d]) <= pj[d]) {

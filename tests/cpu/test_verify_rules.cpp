@@ -436,6 +436,32 @@ TEST(VerifyRules, OneHotZeroTargetProbabilityAlwaysRejects) {
   EXPECT_EQ(seen.size(), 2u);
 }
 
+TEST(VerifyRules, NegativeDraftProbabilitiesCountAsZero) {
+  // Row 0 keeps ids 0 and 1 (top-k 2); the draft 2 (p = 0) is always rejected. Its dense q puts -1
+  // on id 5 and NaN on id 6, outside the kept set: counted as 0 (semantics.md), the residual
+  // max(0, p - q) is p itself, so the correction is 0 or 1, never 5 (whose r would be 1 with q = -1
+  // taken as given, the largest of the residual) or 6.
+  RequestParams p = random_req(515151);
+  p.top_k = 2;
+  Sampler s(config());
+  s.admit(0, p, &kDummy, 0);
+  std::vector<float> q(kV, 0.0f);
+  q[2] = 1.0f;
+  q[5] = -1.0f;
+  q[6] = std::numeric_limits<float>::quiet_NaN();
+  for (int step = 0; step < 16; ++step) {
+    VCall c;
+    c.rows = {{2, 1, 0.5f, 0, 0, 0, 0, 0}, peak(3)};
+    c.cu_rows = {0, 2};
+    c.drafts = {2};
+    c.rules = {static_cast<int32_t>(VerifyRule::kDenseDraftProbs)};
+    c.dense = q;
+    const VResult r = run_verify(s, c);
+    EXPECT_EQ(r.num_accepted[0], 0);
+    EXPECT_TRUE(r.tokens[0][0] == 0 || r.tokens[0][0] == 1) << "step " << step << ": " << r.tokens[0][0];
+  }
+}
+
 TEST(VerifyRules, OneHotCertainDraftsAccepted) {
   // T = 1, top_k = 1: every p_j is one-hot at the row's argmax. Drafts equal to the argmax have
   // p_j(d_j) = 1 and q_j(d_j) = 1: u * 1 <= 1 always. Rows: argmax 1, 2, 7 -> [1, 2, 7].
@@ -809,6 +835,28 @@ TEST(VerifyRules, InvalidRequestShapesAndRules) {
   EXPECT_EQ(s.step(1), 0u);
   EXPECT_EQ(s.step(2), 0u);
   EXPECT_EQ(s.step(5), 1u);
+}
+
+TEST(VerifyRules, CuRowsSteppingBackGiveNoRowToTwoRequests) {
+  // cu_rows = {0, 2, 1, 1, 2} over two greedy rows peak(2), peak(4): r0's range [0, 2) and r3's
+  // [1, 2) share row 1, r1's [2, 1) and r2's [1, 1) are empty. A request is valid only if it owns
+  // every row of its range (detail::owner_of_row, the bisection the CUDA backend places rows by):
+  // row 1 is r3's, so r0 is invalid and r3 (n = 0) emits row 1's argmax. Once the reference took
+  // r0 and r3 both, and the CUDA backend gave r0 r3's row (semantics.md: cu_rows not increasing).
+  Sampler s(config());
+  for (int32_t slot = 0; slot < 4; ++slot) s.admit(slot, greedy(), &kDummy, 0);
+  VCall c;
+  c.rows.push_back(peak(2));
+  c.rows.push_back(peak(4));
+  c.cu_rows = {0, 2, 1, 1, 2};
+  c.drafts = {2};
+  const VResult r = run_verify(s, c);
+  for (int32_t b = 0; b < 3; ++b) expect_tokens(r, b, {}, 0);
+  expect_tokens(r, 3, {4}, 0);
+  EXPECT_EQ(r.status[0], kStatusInvalidInput);
+  EXPECT_EQ(r.status[1], kStatusOk);
+  EXPECT_EQ(s.step(0), 0u);
+  EXPECT_EQ(s.step(3), 1u);
 }
 
 TEST(VerifyRules, StepAndHistoryUpdates) {

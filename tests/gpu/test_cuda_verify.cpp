@@ -63,7 +63,10 @@ VerifyCase make_case(std::mt19937_64& rng, int32_t V, int32_t B, DType dtype) {
   for (int32_t b = 0; b < B; ++b) {
     c.params.push_back(sonic_gpu::random_params(rng, V, 0));
     c.prompts.push_back(c.rows.prompts[b]);
-    c.rules.push_back(static_cast<int32_t>(rng() % 4));
+    // Now and then an unknown rule (-1 or 7): the request is invalid, greedy or random (the reference's
+    // check; the CUDA backend once checked it for random requests only).
+    const bool unknown_rule = rng() % 16 == 0;
+    c.rules.push_back(unknown_rule ? (rng() % 2 ? -1 : 7) : static_cast<int32_t>(rng() % 4));
     for (int32_t j = 0; j < n[b]; ++j) {
       // Half the drafts are the target row's argmax (often accepted), half random.
       const float* row = c.rows.logits.data() + static_cast<size_t>(c.cu_rows[b] + j) * c.rows.cols;
@@ -237,6 +240,59 @@ int count_disagreements(const VerifyCase& c, const Result& g, const Result& want
     }
   }
   return disagreements;
+}
+
+// A verification call whose requests name no rows (logits.rows = 0, cu_rows all 0): every request is
+// invalid and its outputs are still written, as the reference writes them (tokens -1, num_accepted
+// 0, logprobs -inf). The CUDA backend once launched nothing for a call of no rows.
+TEST(CudaVerifyBadInput, NoRowsStillWritesTheOutputs) {
+  const int32_t V = 1000, B = 2, W = kMaxDrafts + 1;
+  Sampler gpu(config(Backend::kCuda, V, B, 4));
+  sonic::RequestParams p;
+  p.temperature = 0.8f;
+  for (int32_t b = 0; b < B; ++b) gpu.admit(b, p, nullptr, 0);
+  DeviceBuffer<float> logits(V);  // a row's room; the call names none
+  DeviceBuffer<int32_t> cu_rows(B + 1), tokens(B * W), accepted(B);
+  DeviceBuffer<float> logprob(B * W);
+  cu_rows.upload(std::vector<int32_t>(B + 1, 0));
+  tokens.upload(std::vector<int32_t>(B * W, 7));
+  accepted.upload(std::vector<int32_t>(B, 7));
+  logprob.upload(std::vector<float>(B * W, 7.0f));
+  VerifyInputs in;
+  in.num_requests = B;
+  in.cu_rows = cu_rows.get();
+  VerifyOutputs out;
+  out.tokens = tokens.get();
+  out.num_accepted = accepted.get();
+  out.out_stride = W;
+  out.logprob = logprob.get();
+  gpu.verify(LogitsView{logits.get(), DType::kF32, 0, V, V}, in, BitmaskView{}, out, CallOptions{});
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (const int32_t t : tokens.download()) EXPECT_EQ(t, -1);
+  for (const int32_t a : accepted.download()) EXPECT_EQ(a, 0);
+  for (const float l : logprob.download()) EXPECT_EQ(l, -INFINITY);
+}
+
+// cu_rows that step back (bad input: two ranges share rows, others are empty or reversed): each row
+// is the request's that a bisection over cu_rows names (detail::owner_of_row) on both backends, and
+// a request that does not own every row of its range is invalid. The CUDA backend once gave such a
+// request another request's rows, and the reference took both (perf-notes v3.31).
+TEST(CudaVerifyBadInput, CuRowsSteppingBackLikeReference) {
+  std::mt19937_64 rng(6061);
+  const int32_t V = 1000, B = 8;
+  int disagreements = 0;
+  for (int round = 0; round < 6; ++round) {
+    VerifyCase c = make_case(rng, V, B, DType::kF32);
+    const int32_t at = 1 + static_cast<int32_t>(rng() % (B - 1));  // this offset steps back
+    c.cu_rows[at] = static_cast<int32_t>(rng() % (c.cu_rows[at] + 1));
+    Sampler gpu(config(Backend::kCuda, V, B, c.rows.rows));
+    Sampler cpu(config(Backend::kCpu, V, B, c.rows.rows));
+    admit_case(c, gpu, cpu);
+    for (int call = 0; call < 2; ++call)
+      disagreements += count_disagreements(c, run(gpu, c, sonic::LogprobMode::kRaw), run(cpu, c, sonic::LogprobMode::kRaw),
+                                            "round " + std::to_string(round) + " call " + std::to_string(call));
+  }
+  EXPECT_EQ(disagreements, 0);
 }
 
 class CudaVerify : public ::testing::TestWithParam<Shape> {};

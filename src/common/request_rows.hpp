@@ -1,0 +1,34 @@
+// Which verification request owns a target row (SPEC.md section 3's packing: request b owns rows
+// cu_rows[b] .. cu_rows[b + 1] - 1). One definition for both backends, so that a cu_rows that is not
+// non-decreasing (bad input) gives both the same requests: one is valid only if it owns every row of
+// its range, so no two valid requests share a row.
+#pragma once
+
+#include <cstdint>
+
+#include "common/hd.hpp"
+
+namespace sonic::detail {
+
+// The last b in [0, num_requests) with cu_rows[b] <= row, found by bisection (on a non-decreasing
+// cu_rows; on any other, the bisection's answer, which request_owns_its_rows checks).
+SONIC_HD int32_t owner_of_row(const int32_t* cu_rows, int32_t num_requests, int32_t row) {
+  int32_t lo = 0, hi = num_requests;
+  while (hi - lo > 1) {
+    const int32_t mid = (lo + hi) >> 1;
+    if (cu_rows[mid] <= row) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// Whether request b owns rows first + i for i = i0, i0 + stride, ... below last (a thread's share of
+// the check; i0 = 0, stride = 1 for all of them).
+SONIC_HD bool owns_rows(const int32_t* cu_rows, int32_t num_requests, int32_t b, int32_t first, int32_t last,
+                        int32_t i0, int32_t stride) {
+  bool ok = true;
+  for (int32_t r = first + i0; r < last; r += stride) ok &= owner_of_row(cu_rows, num_requests, r) == b;
+  return ok;
+}
+
+}  // namespace sonic::detail
