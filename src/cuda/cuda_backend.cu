@@ -95,7 +95,7 @@ class CudaBackend final : public SamplerBackend {
   void append_output(int32_t slot, const int32_t* tokens, int64_t count, void* stream) override {
     table_.append_output(slot, tokens, count, static_cast<cudaStream_t>(stream));
   }
-  uint64_t step(int32_t slot) const override { return table_.step(slot, nullptr); }
+  uint64_t step(int32_t slot) const override { return table_.step(slot); }
   uint64_t exact_path_rows() const override {
     unsigned long long n = 0;
     SONIC_CUDA_CHECK(cudaDeviceSynchronize());
@@ -424,6 +424,13 @@ std::unique_ptr<SamplerBackend> make_cuda_backend(const SamplerConfig& config) {
     invalid_argument("config.max_rows", std::to_string(config.max_rows),
                      "the CUDA backend takes at most " + std::to_string(cuda::kMaxRows) + " rows a call");
   SONIC_CUDA_CHECK(cudaSetDevice(config.device));
+  // The exact sampler holds a row's final distribution in shared memory: a larger capacity would fail
+  // its launch in the middle of a call, after the fast kernel's.
+  const int64_t final_capacity = cuda::exact_sample_final_capacity(config.device);
+  if (config.max_final_entries > final_capacity)
+    invalid_argument("config.max_final_entries", std::to_string(config.max_final_entries),
+                     "the CUDA backend keeps at most " + std::to_string(final_capacity) +
+                         " entries a row on this device (the exact sampler's shared memory)");
   return std::make_unique<CudaBackend>(config);
 }
 }  // namespace detail

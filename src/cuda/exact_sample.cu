@@ -789,23 +789,32 @@ __global__ void __launch_bounds__(kBlock) exact_sample_kernel(RowJob job) {
 int read_exact_timeline(unsigned long long* out, int blocks) { return read_timeline_table(out, blocks); }
 #endif
 
-void prepare_exact_sample(int device) {
-  // The most dynamic shared memory the device gives a block beside the kernel's static share: a cap,
-  // not a reservation, so one setting serves every sampler on the device whatever its sizes.
+namespace {
+// The most dynamic shared memory the device gives a block of the exact kernel beside its static share.
+int exact_sample_dynamic_bytes(int device) {
   int optin = 0;
   SONIC_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   cudaFuncAttributes attr{};
   SONIC_CUDA_CHECK(cudaFuncGetAttributes(&attr, exact_sample_kernel));
-  SONIC_CUDA_CHECK(cudaFuncSetAttribute(exact_sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        optin - static_cast<int>(attr.sharedSizeBytes)));
+  return optin - static_cast<int>(attr.sharedSizeBytes);
 }
+}  // namespace
+
+void prepare_exact_sample(int device) {
+  // A cap, not a reservation, so one setting serves every sampler on the device whatever its sizes.
+  SONIC_CUDA_CHECK(cudaFuncSetAttribute(exact_sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        exact_sample_dynamic_bytes(device)));
+}
+
+int64_t exact_sample_final_capacity(int device) { return exact_sample_dynamic_bytes(device) / 8; }
 
 void set_exact_sample_carveout(int percent) {
   SONIC_CUDA_CHECK(cudaFuncSetAttribute(exact_sample_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent));
 }
 
 void launch_exact_sample(const RowJob& job, int32_t max_blocks, bool programmatic, cudaStream_t stream) {
-  if (job.rows == 0) return;
+  // A verification call whose requests name no rows still writes their outputs (the commit).
+  if (job.rows == 0 && job.verify.num_requests == 0) return;
   size_t smem = job.out.final_ids ? static_cast<size_t>(job.out.final_capacity) * 8 : 0;
   if (job.split.rows > 0) smem = std::max(smem, std::max(kSplitSharedBytes, kSplitGatherBytes));
   // At least split.rows blocks (those beyond the rows only commit when nothing is flagged), so that

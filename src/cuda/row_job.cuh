@@ -215,5 +215,8 @@ void launch_exact_sample(const RowJob& job, int32_t max_blocks, bool programmati
 // Once per device before launching: the exact sampler's shared-memory limit (final distributions of
 // any capacity the device holds, split rows' histograms).
 void prepare_exact_sample(int device);
+// The entries of a row's final distribution that the exact sampler's shared memory holds on `device`
+// (8 bytes each): SamplerConfig::max_final_entries's limit on the CUDA backend.
+int64_t exact_sample_final_capacity(int device);
 
 }  // namespace sonic::cuda

@@ -155,6 +155,7 @@ void DeviceSlotTable::retire(int32_t slot, cudaStream_t stream) {
   SONIC_CUDA_CHECK(cudaMemsetAsync(view_.hist_keys + slot * H, 0xFF, H * 4, stream));
   SONIC_CUDA_CHECK(cudaMemsetAsync(view_.hist_prompt + slot * H, 0, H * 4, stream));
   SONIC_CUDA_CHECK(cudaMemsetAsync(view_.hist_output + slot * H, 0, H * 4, stream));
+  SONIC_CUDA_CHECK(cudaMemsetAsync(view_.step + slot, 0, sizeof(uint64_t), stream));  // as the reference's
   host_active_[slot] = 0;
 }
 
@@ -177,10 +178,12 @@ void DeviceSlotTable::append_output(int32_t slot, const int32_t* tokens, int64_t
   SONIC_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
-uint64_t DeviceSlotTable::step(int32_t slot, cudaStream_t stream) const {
+uint64_t DeviceSlotTable::step(int32_t slot) const {
+  // After the device's work on every stream: a call on a non-blocking stream does not order with the
+  // legacy default stream, whose copy alone could read the step from before the call.
+  SONIC_CUDA_CHECK(cudaDeviceSynchronize());
   uint64_t s = 0;
-  SONIC_CUDA_CHECK(cudaMemcpyAsync(&s, view_.step + slot, 8, cudaMemcpyDeviceToHost, stream));
-  SONIC_CUDA_CHECK(cudaStreamSynchronize(stream));
+  SONIC_CUDA_CHECK(cudaMemcpy(&s, view_.step + slot, 8, cudaMemcpyDeviceToHost));
   return s;
 }
 

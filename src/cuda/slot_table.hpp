@@ -24,7 +24,7 @@ class DeviceSlotTable {
   void retire(int32_t slot, cudaStream_t stream);
   // Appends host tokens (synchronises to read the slot's length; not a per-step call).
   void append_output(int32_t slot, const int32_t* tokens, int64_t count, cudaStream_t stream);
-  uint64_t step(int32_t slot, cudaStream_t stream) const;
+  uint64_t step(int32_t slot) const;  // synchronises the device
   bool active(int32_t slot) const { return host_active_[slot] != 0; }
 
  private:

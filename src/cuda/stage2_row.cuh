@@ -77,17 +77,30 @@ __device__ __forceinline__ int decide_kept(const SlotParams& p, int32_t V, float
   if (joint || all_survive) total = sh.sum_all;
   else if (keep_known && keep <= n) total = sh.cum[keep - 1];
   else return -1;
-  const double target = static_cast<double>(p.top_p) * total;
   if (joint || all_survive) {
-    int x = crossing(target, n);
-    if (x == n) {
-      if (keep_known && keep <= n) return keep;  // min-p / top-k end the kept set first
-      if (!complete) return -1;                   // the crossing lies beyond the prefix
-      x = n - 1;                                  // rounding: every token
-    }
-    const int kept = x + 1;
-    return keep_known ? min(kept, keep) : kept;  // unknown keep is >= n >= kept
+    // The kept set for a target mass (or -1).
+    auto kept_at = [&](double target) {
+      int x = crossing(target, n);
+      if (x == n) {
+        if (keep_known && keep <= n) return keep;  // min-p / top-k end the kept set first
+        if (!complete) return -1;                   // the crossing lies beyond the prefix
+        x = n - 1;                                  // rounding: every token
+      }
+      const int kept = x + 1;
+      return keep_known ? min(kept, keep) : kept;  // unknown keep is >= n >= kept
+    };
+    // A prefix that is the whole row has its exact mass. Otherwise the mass is stage 1's sum_all, of
+    // exp((x - x_max) / T) in fp32, where the reference sums exp(z - zm) over z = x / T rounded:
+    // each term differs by up to about |z| 2^-24 in its exponent, past SPEC's 1e-5 at large |z|
+    // (low T; perf-notes v3.31). The row is decided here only when the crossing stays put over that
+    // margin; otherwise it is the exact path's.
+    if (complete) return kept_at(static_cast<double>(p.top_p) * sh.cum[n - 1]);
+    const double target = static_cast<double>(p.top_p) * total;
+    const double margin = 1e-6 + (fabs(static_cast<double>(zm)) + 32.0) * 0x1p-23;
+    const int lo = kept_at(target * (1.0 - margin));
+    return lo == kept_at(target * (1.0 + margin)) ? lo : -1;
   }
+  const double target = static_cast<double>(p.top_p) * total;
   const int x = crossing(target, keep);
   return x == keep ? keep : x + 1;
 }
@@ -127,11 +140,26 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
   const bool prefix_ranks = want_ranks && k.truncated && (job.mode != LogprobMode::kRaw || !pro.has_rules);
   bool exact = max_key == 0 || mx == INFINITY || (want_ranks && !prefix_ranks) ||
                (want_lp && job.mode == LogprobMode::kRaw && !(sh.raw_max > -INFINITY && sh.raw_max < INFINITY));
-  if (k.untruncated && ((out.final_ids && sh.valid <= out.final_capacity) || sh.win.token < 0)) exact = true;
+  // An untruncated row's final distribution is the exact path's where it fits, and also where a
+  // valid x may have a z of -inf (T < 1 and x < -FLT_MAX * T), which stage 1's count of valid x
+  // includes: the reference's count leaves it out.
+  if (k.untruncated && ((out.final_ids && (sh.valid <= out.final_capacity || p.temperature < 1.0f)) ||
+                        sh.win.token < 0))
+    exact = true;
   // Verification of a random request needs p_j as a list: untruncated rows take the exact path.
   if (verifying && k.untruncated && w.rule != static_cast<int32_t>(VerifyRule::kStrict)) exact = true;
   const float T = p.temperature;
   const float zm = pro.greedy ? mx : detail::apply_temperature(mx, T);
+  // z = x / T leaves the floats where x does not (|x| > FLT_MAX * T): a maximum whose z is +inf, or
+  // -inf (every valid token then has z = -inf: no valid token), is the exact path's, which orders z.
+  if (!(zm > -INFINITY && zm < INFINITY)) exact = true;
+  // Stage 1's untruncated winner adds z + G in fp32, which rounds the noise to z's float steps (2^-7
+  // at 2^16: a tie's odds move by about a percent); stage 1's sums are of exp((x - x_max) / T), off
+  // from the reference's exp(z - zm) by about |z| 2^-24 a term, which processed logprobs divide by.
+  // Where |z| makes either matter (T near 1e-5), the exact path, which works in z and double.
+  if (!pro.greedy && ((k.untruncated && fabsf(zm) >= 65536.0f) ||
+                      (want_lp && job.mode == LogprobMode::kProcessed && fabsf(zm) > 1024.0f)))
+    exact = true;
   const bool correction_only = verifying && !pro.greedy && w.rule != static_cast<int32_t>(VerifyRule::kStrict);
 
   int kept = 0;
@@ -188,7 +216,12 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
       }
       timeline_warp_arrive(kMarkDecided);
       __syncthreads();
-      if (tid == 0) sh.kept = decide_kept(p, V, zm, zl, n, sh.valid, sh);
+      if (tid == 0) {
+        // A prefix that is the whole row has the reference's mass exactly (stage 1's is of x: see
+        // decide_kept); the logprobs divide by it.
+        if (n > 0 && n == sh.valid) sh.sum_all = sh.cum[n - 1];
+        sh.kept = decide_kept(p, V, zm, zl, n, sh.valid, sh);
+      }
       timeline_stamp(kValueDecided);
       __syncthreads();
       timeline_mark(kMarkDecided);

@@ -632,6 +632,10 @@ void device_commit_agrees(int32_t V) {
               R, calls, full, static_cast<unsigned long long>(gpu.exact_path_rows()));
   EXPECT_GT(full, 0) << "the case must fill some histories";
   EXPECT_GT(gpu.exact_path_rows(), 0u) << "the case must flag rows for the exact path";
+  // A retired slot's step reads 0 on both backends.
+  cpu.retire(slots[0]);
+  gpu.retire(slots[0]);
+  EXPECT_EQ(gpu.step(slots[0]), cpu.step(slots[0]));
 }
 
 TEST(CudaDeviceCommit, HistoryAndStepsLikeReference) { device_commit_agrees(32000); }
@@ -879,6 +883,95 @@ TEST(CudaEngineMasks, LowestFiniteMaskMatchesReference) {
 // Chunks of three tiles at a vocabulary small enough for the sanitizers.
 TEST(CudaEngineMasks, SmallVocabulary) { engine_masks_agree(30001, "3"); }
 
+// Logits whose z = x / T leaves the floats where x does not (T < 1, |x| > FLT_MAX * T): rows with
+// a maximum whose z overflows to +inf (two tokens near FLT_MAX), rows whose every valid token
+// underflows to z = -inf (the reference: no valid token), rows masked with the dtype's lowest
+// finite value around 100 ordinary tokens (asked for their final distribution), and rows of
+// logits scaled by 1e37; T 0.2-0.9, every parameter kind. The fast path once sampled the lowest id
+// of the +inf maxima on every seed, settled the underflowing rows with a token, and counted the
+// masked rows' final distribution as V (perf-notes v3.31).
+void extreme_logits_agree(int32_t V) {
+  for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16}) {
+    std::mt19937_64 rng(7170 + V + static_cast<int>(dtype));
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    Batch b = random_batch(rng, V, 24, dtype, kTopN, /*with_bitmask=*/false);
+    const float lowest = dtype == sonic::DType::kF32 ? -std::numeric_limits<float>::max() : -3.38953139e38f;
+    const float highest = -lowest;
+    for (int32_t r = 0; r < b.rows; ++r) {
+      float* row = b.logits.data() + static_cast<size_t>(r) * b.cols;
+      switch (r % 4) {
+        case 0:  // two maxima whose z overflows
+          for (int32_t t = 0; t < V; ++t) row[t] = normal(rng);
+          row[rng() % V] = 0.6f * highest;
+          row[rng() % V] = highest;
+          break;
+        case 1:  // every token at the lowest value, a few -inf
+          for (int32_t t = 0; t < V; ++t) row[t] = u(rng) < 0.1f ? -INFINITY : lowest;
+          break;
+        case 2:  // masked by the engine around ordinary tokens
+          for (int32_t t = 0; t < V; ++t) row[t] = lowest;
+          for (int i = 0; i < 100; ++i) row[rng() % V] = 3.0f * normal(rng);
+          break;
+        default:  // every logit extreme
+          for (int32_t t = 0; t < V; ++t) row[t] = 1e37f * normal(rng);
+      }
+      for (int32_t t = 0; t < V; ++t) row[t] = round_to_dtype(row[t], dtype);
+      sonic::RequestParams& p = b.params[r];
+      if (p.temperature != 0.0f) p.temperature = 0.2f + 0.7f * u(rng);
+      p.logit_bias.clear();  // a bias would lift the lowest values back into the floats
+    }
+    agreement_within_near_ties(b, 6, "extreme logits");
+  }
+}
+
+TEST(CudaExtremeLogits, TemperatureLeavesTheFloats) { extreme_logits_agree(151936); }
+TEST(CudaExtremeLogits, SmallVocabulary) { extreme_logits_agree(3001); }
+
+// Top-p at low temperatures, where |z| is large: stage 1's sum of exp((x - x_max) / T) differs from
+// the reference's sum over rounded z = x / T by about |z| 2^-24 a term, past SPEC's 1e-5. A row of
+// two valid tokens (20 and 19.998455, T 0.001, top-p 0.824322701) whose kept set is the first alone
+// by 1.4e-4 of mass took both on the fast path; and random peaked rows at T 0.05-0.2 with top-p
+// alone or joint. Every token must agree (within near-ties).
+void low_temperature_top_p_agrees(int32_t V) {
+  for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16}) {
+    std::mt19937_64 rng(8180 + V + static_cast<int>(dtype));
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    Batch b = random_batch(rng, V, 24, dtype, kTopN, /*with_bitmask=*/false);
+    for (int32_t r = 0; r < b.rows; ++r) {
+      float* row = b.logits.data() + static_cast<size_t>(r) * b.cols;
+      sonic::RequestParams p;
+      p.seed = rng();
+      p.initial_step = rng() % 1000;
+      p.top_logprobs = static_cast<int32_t>(rng() % (kTopN + 1));
+      if (r % 3 == 0) {  // the two-token row (fp32 values; in bf16 the second rounds to 20)
+        for (int32_t t = 0; t < V; ++t) row[t] = -INFINITY;
+        float second;
+        const uint32_t bits = 0x419ffcd6u;  // 19.998455
+        std::memcpy(&second, &bits, 4);
+        row[rng() % (V / 2)] = 20.0f;
+        row[V / 2 + rng() % (V / 2)] = second;
+        p.temperature = 0.001f;
+        p.top_p = 0.824322701f;
+      } else {
+        for (int32_t t = 0; t < V; ++t) row[t] = 3.0f * normal(rng);
+        for (int i = 0; i < 5; ++i) row[rng() % V] += 8.0f + 4.0f * u(rng);
+        p.temperature = 0.05f + 0.15f * u(rng);
+        p.top_p = 0.5f + 0.49f * u(rng);
+        p.top_p_joint = r % 3 == 2;
+      }
+      for (int32_t t = 0; t < V; ++t) row[t] = round_to_dtype(row[t], dtype);
+      b.kinds[r] = RowKind::kPeaked;
+      b.params[r] = p;
+    }
+    agreement_within_near_ties(b, 6, "low-temperature top-p");
+  }
+}
+
+TEST(CudaLowTemperature, TopPMassMatchesReference) { low_temperature_top_p_agrees(151936); }
+TEST(CudaLowTemperature, SmallVocabulary) { low_temperature_top_p_agrees(3001); }
+
 // agreement_run with the environment variable `var` set to `value` while the samplers are made
 // (null: unset), for the backend's shape switches (read when a sampler is created): prints the
 // count and expects near-ties only.
@@ -1022,15 +1115,17 @@ TEST(CudaConfig, LimitsAreErrors) {
   int devices = 0;
   ASSERT_EQ(cudaGetDeviceCount(&devices), cudaSuccess);
   struct Bad {
-    int32_t V, rows, device;
+    int32_t V, rows, device, final_entries;
     const char* name;
   };
-  for (const Bad b : {Bad{1000, 65536, 0, "config.max_rows"}, Bad{262145, 4, 0, "config.vocab_size"},
-                      Bad{1000, 4, devices, "config.device"}}) {
+  // A final distribution of 2^20 entries (8 MB) exceeds any block's shared memory.
+  for (const Bad b : {Bad{1000, 65536, 0, 0, "config.max_rows"}, Bad{262145, 4, 0, 0, "config.vocab_size"},
+                      Bad{1000, 4, devices, 0, "config.device"}, Bad{1000, 4, 0, 1 << 20, "config.max_final_entries"}}) {
     sonic::SamplerConfig c = make_config(sonic::Backend::kCuda, b.V, 1);
     c.max_rows = b.rows;
     c.max_slots = 1;
     c.device = b.device;
+    c.max_final_entries = b.final_entries;
     SCOPED_TRACE(b.name);
     try {
       sonic::Sampler s(c);
@@ -1042,6 +1137,7 @@ TEST(CudaConfig, LimitsAreErrors) {
   }
   sonic::SamplerConfig c = make_config(sonic::Backend::kCuda, 1000, 1);
   c.max_rows = 65535;
+  c.max_final_entries = 16384;  // 128 KB: within an H100's or H200's limit
   sonic::Sampler largest(c);
 }
 
