@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <random>
 #include <string>
@@ -112,6 +113,14 @@ inline float round_to_dtype(float x, sonic::DType dtype) {
     x = sonic::detail::fp16_to_float(float_to_f16(x));
   }
   return x;
+}
+
+// The lowest finite value of dtype (bf16's is exact in fp32): what engines mask logits with when they
+// use finfo.min rather than -inf.
+inline float lowest_finite(sonic::DType dtype) {
+  return dtype == sonic::DType::kF32    ? -std::numeric_limits<float>::max()
+         : dtype == sonic::DType::kBF16 ? -3.38953139e38f
+                                        : -65504.0f;
 }
 
 enum class RowKind { kPeaked, kFlat, kPlateau, kNegInf, kNaN, kPosInf, kAllMasked };

@@ -850,8 +850,7 @@ void engine_masks_agree(int32_t V, const char* tiles_per_chunk) {
     std::mt19937_64 rng(6160 + V + static_cast<int>(dtype));
     std::uniform_real_distribution<float> u(0.0f, 1.0f);
     Batch b = random_batch(rng, V, 24, dtype, kTopN, /*with_bitmask=*/false);
-    // The lowest finite value of each dtype (bf16's is exact in fp32).
-    const float lowest = dtype == sonic::DType::kF32 ? -std::numeric_limits<float>::max() : -3.38953139e38f;
+    const float lowest = lowest_finite(dtype);
     for (int32_t r = 0; r < b.rows; ++r) {
       std::vector<char> allowed(V, 0);
       for (int32_t k = 1 + static_cast<int32_t>(rng() % 3); k > 0; --k) {
@@ -896,7 +895,7 @@ void extreme_logits_agree(int32_t V) {
     std::uniform_real_distribution<float> u(0.0f, 1.0f);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     Batch b = random_batch(rng, V, 24, dtype, kTopN, /*with_bitmask=*/false);
-    const float lowest = dtype == sonic::DType::kF32 ? -std::numeric_limits<float>::max() : -3.38953139e38f;
+    const float lowest = lowest_finite(dtype);
     const float highest = -lowest;
     for (int32_t r = 0; r < b.rows; ++r) {
       float* row = b.logits.data() + static_cast<size_t>(r) * b.cols;

@@ -98,9 +98,7 @@ TEST_P(CudaTopK, MatchesReferenceIdForId) {
   const int32_t V = shape.V, cols = V + 3, rows = 12;
   std::mt19937_64 rng(V * 31 + static_cast<int>(shape.dtype));
   Sampler cpu(config(Backend::kCpu, V, rows));
-  const float lowest = shape.dtype == DType::kF32    ? -std::numeric_limits<float>::max()
-                       : shape.dtype == DType::kBF16 ? -3.38953139e38f
-                                                     : -65504.0f;
+  const float lowest = sonic_gpu::lowest_finite(shape.dtype);
   // Stage 2 in each row's last block and in row_stage2_kernel (the default for 12 rows), forced; and
   // chunks of five tiles (several steps, between which top-k rows raise the bound), forced.
   for (const auto& [separate_rows, per_chunk] :
@@ -177,7 +175,7 @@ TEST(CudaTopKGraph, CapturedCallReplaysWithNewLogits) {
   SONIC_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
   int wrong = 0;
   for (int rep = 0; rep < 50; ++rep) {
-    const std::vector<float> x = make_rows(rows, V, V, k, -std::numeric_limits<float>::max(), rng);
+    const std::vector<float> x = make_rows(rows, V, V, k, sonic_gpu::lowest_finite(DType::kF32), rng);
     SONIC_TEST_CUDA(cudaMemcpyAsync(d_x.get(), x.data(), x.size() * 4, cudaMemcpyHostToDevice, stream));
     SONIC_TEST_CUDA(cudaGraphLaunch(exec, stream));
     SONIC_TEST_CUDA(cudaStreamSynchronize(stream));
