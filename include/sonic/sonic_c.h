@@ -65,6 +65,7 @@ typedef int32_t sonic_status;
 #define SONIC_MAX_TOP_LOGPROBS 20
 #define SONIC_MAX_CPU_THREADS 1024
 #define SONIC_MAX_HISTORY (1 << 28)
+#define SONIC_MAX_DRAFTS 65535
 
 /* ---- Types ----------------------------------------------------------------------------------- */
 typedef struct sonic_sampler sonic_sampler; /* opaque */

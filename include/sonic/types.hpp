@@ -42,6 +42,7 @@ enum StatusBits : int32_t {
 
 constexpr int32_t kMaxTopLogprobs = 20;
 constexpr int32_t kMaxCpuThreads = 1024;  // SamplerConfig::cpu_threads
+constexpr int32_t kMaxDraftsPerRequest = 65535;  // SamplerConfig::max_drafts (16-bit positions)
 constexpr int32_t kMaxHistory = 1 << 28;   // SamplerConfig::max_history (the CUDA table hashes twice as many)
 
 // Everything an engine states about one request when it admits it into a slot. Host values,

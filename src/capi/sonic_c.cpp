@@ -60,6 +60,7 @@ static_assert(SONIC_STATUS_HISTORY_FULL == sonic::kStatusHistoryFull);
 static_assert(SONIC_MAX_TOP_LOGPROBS == sonic::kMaxTopLogprobs);
 static_assert(SONIC_MAX_CPU_THREADS == sonic::kMaxCpuThreads);
 static_assert(SONIC_MAX_HISTORY == sonic::kMaxHistory);
+static_assert(SONIC_MAX_DRAFTS == sonic::kMaxDraftsPerRequest);
 static_assert(std::is_same_v<std::underlying_type_t<sonic::Backend>, int32_t>);
 static_assert(std::is_same_v<std::underlying_type_t<sonic::DType>, int32_t>);
 static_assert(std::is_same_v<std::underlying_type_t<sonic::LogprobMode>, int32_t>);

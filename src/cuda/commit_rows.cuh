@@ -115,12 +115,12 @@ __device__ inline void commit_requests(const RowJob& job, int32_t first_warp, in
     if (!ok) continue;
     __syncwarp();  // tokens[] written before lane 0 reads them back
     if (lane == 0) {
-      // In order, as the reference appends them: the history may fill up part way.
-      const int32_t last_row = first + emitted - 1;
+      // In order, as the reference appends them: the history may fill up part way. A token that does
+      // not fit flags its own row (emitted token i is row first + i's).
       for (int32_t i = 0; i < emitted; ++i) {
         if (!job.append_to_history || tokens[i] < 0) continue;
         if (!history_append(tab, w.slot, tokens[i]) && job.out.status)
-          job.out.status[last_row] = __ldcg(job.out.status + last_row) | kStatusHistoryFull;
+          job.out.status[first + i] = __ldcg(job.out.status + first + i) | kStatusHistoryFull;
       }
       if (job.advance_step) atomicAdd(reinterpret_cast<unsigned long long*>(tab.step + w.slot), 1ull);
     }

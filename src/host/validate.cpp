@@ -123,8 +123,10 @@ void validate_config(const SamplerConfig& config) {
     invalid_argument("config.max_slots", fmt(config.max_slots), "must be > 0");
   if (config.max_rows <= 0)
     invalid_argument("config.max_rows", fmt(config.max_rows), "must be > 0");
-  if (config.max_drafts < 0)
-    invalid_argument("config.max_drafts", fmt(config.max_drafts), "must be >= 0");
+  // A draft position j is the low 16 bits of the Philox counter's purpose (SPEC.md section 4).
+  if (config.max_drafts < 0 || config.max_drafts > kMaxDraftsPerRequest)
+    invalid_argument("config.max_drafts", fmt(config.max_drafts),
+                     "must be in [0, " + fmt(kMaxDraftsPerRequest) + "]");
   if (config.max_history < 0 || config.max_history > kMaxHistory)
     invalid_argument("config.max_history", fmt(config.max_history),
                      "must be in [0, " + fmt(kMaxHistory) + "]");

@@ -32,7 +32,7 @@ struct Slot {
 struct SlotUpdate {
   int32_t slot = -1;
   std::vector<int32_t> tokens;  // to append to the output history
-  int32_t* status = nullptr;    // where to flag a full history
+  int32_t* status = nullptr;    // status[i]: where to flag tokens[i] not fitting the history (its row)
 };
 
 // Whether a call's outputs ask for any logprob, rank or top-N (SampleOutputs or VerifyOutputs; top_ids
@@ -195,7 +195,8 @@ class CpuBackend final : public SamplerBackend {
       u.slot = w.slot;
       for (int32_t t : res.tokens)
         if (t >= 0) u.tokens.push_back(t);
-      u.status = out.status ? out.status + w.first + res.tokens.size() - 1 : nullptr;
+      // Emitted token j is row first + j's (a -1 can only end the list, and is not appended).
+      u.status = out.status ? out.status + w.first : nullptr;
       updates.push_back(std::move(u));
     }
     apply(updates, options);
@@ -305,11 +306,11 @@ class CpuBackend final : public SamplerBackend {
       if (u.slot < 0) continue;
       Slot& s = slots_[u.slot];
       if (options.append_to_history) {
-        for (int32_t t : u.tokens) {
+        for (size_t i = 0; i < u.tokens.size(); ++i) {
           if (static_cast<int64_t>(s.prompt.size() + s.output.size()) < config_.max_history) {
-            s.output.push_back(t);
+            s.output.push_back(u.tokens[i]);
           } else if (u.status) {
-            *u.status |= kStatusHistoryFull;
+            u.status[i] |= kStatusHistoryFull;
           }
         }
       }

@@ -335,6 +335,7 @@ TEST_F(BadInput, Config) {
       {[](SamplerConfig& c) { c.max_rows = 0; }, "config.max_rows", "0"},
       {[](SamplerConfig& c) { c.max_rows = -1; }, "config.max_rows", "-1"},
       {[](SamplerConfig& c) { c.max_drafts = -1; }, "config.max_drafts", "-1"},
+      {[](SamplerConfig& c) { c.max_drafts = sonic::kMaxDraftsPerRequest + 1; }, "config.max_drafts", "65536"},
       {[](SamplerConfig& c) { c.max_history = -1; }, "config.max_history", "-1"},
       {[](SamplerConfig& c) { c.max_history = sonic::kMaxHistory + 1; }, "config.max_history", "268435457"},
       {[](SamplerConfig& c) { c.max_history = 2147483647; }, "config.max_history", "2147483647"},

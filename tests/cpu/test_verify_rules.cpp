@@ -859,6 +859,28 @@ TEST(VerifyRules, CuRowsSteppingBackGiveNoRowToTwoRequests) {
   EXPECT_EQ(s.step(3), 1u);
 }
 
+TEST(VerifyRules, HistoryFullFlagsTheRowWhoseTokenDidNotFit) {
+  // max_history 2, filled by the prompt {0, 0}. Greedy, one draft d0 = 1: row 0 (argmax 1) accepts
+  // it, row 1 has no valid token and ends the request with -1. Token 1 does not fit the history: the
+  // bit goes to row 0, whose token it is, not to row 1 (no token; "history full, the token itself
+  // is valid" would contradict its no-valid-token bit), as the last emitted row once got it.
+  SamplerConfig cfg = config();
+  cfg.max_history = 2;
+  Sampler s(cfg);
+  const int32_t prompt[] = {0, 0};
+  s.admit(0, greedy(), prompt, 2);
+  VCall c;
+  c.rows = {peak(1), std::vector<float>(kV, -kInf)};
+  c.cu_rows = {0, 2};
+  c.drafts = {1};
+  const VResult r = run_verify(s, c);
+  EXPECT_EQ(r.num_accepted[0], 1);
+  EXPECT_EQ(r.tokens[0][0], 1);
+  EXPECT_EQ(r.tokens[0][1], -1);
+  EXPECT_EQ(r.status[0], kStatusHistoryFull);
+  EXPECT_EQ(r.status[1], kStatusNoValidToken);
+}
+
 TEST(VerifyRules, StepAndHistoryUpdates) {
   // A greedy request with frequency and presence penalty 1: rows with 10 at the argmax (the
   // penalties, at most 2 per row, cannot move it), drafts [1, 2, 3] all accepted, bonus 4:

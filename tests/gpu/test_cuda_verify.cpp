@@ -360,7 +360,7 @@ TEST(CudaVerifyTails, ForcedTailsMatchReference) {
 TEST(CudaVerifyTails, SmallVocabulary) { verify_tails_agree({{1000, DType::kF32, 8}, {1000, DType::kBF16, 8}}); }
 
 // A history that fills up part way through a request's emitted tokens: the commit appends them in
-// order until it is full and flags the request's last row kHistoryFull, as the reference does; the
+// order until it is full and flags the row of each token that did not fit, as the reference does; the
 // next calls read the same histories (penalised requests' tokens depend on them).
 TEST(CudaVerifyHistory, FillsUpLikeReference) {
   for (const int32_t V : {1000, 32000}) {
