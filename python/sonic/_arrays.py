@@ -9,7 +9,9 @@ host array), torch for torch, cupy for cupy. Host-side lists (prompts, token lis
 from __future__ import annotations
 
 import array as _pyarray
+import math
 import numbers
+import struct
 from typing import Any, Optional, Sequence
 
 # DLPack device types.
@@ -94,7 +96,19 @@ def _float(name: str, v: Any) -> float:
         v = v.item()
     if not isinstance(v, numbers.Real):
         raise TypeError(f"sonic: argument '{name}' must be a number, got {v!r}")
-    return float(v)
+    x = float(v)
+    # The library reads float32: a finite value that float32 cannot hold is an error here, where it
+    # would otherwise become inf or 0 (a temperature of 1e-300 would silently mean greedy).
+    if math.isfinite(x):
+        try:  # (some Python versions raise where others round to inf)
+            f = struct.unpack("f", struct.pack("f", x))[0]
+        except OverflowError:
+            f = math.inf
+        if math.isinf(f):
+            raise ValueError(f"sonic: argument '{name}' = {x!r} does not fit a float32")
+        if f == 0.0 and x != 0.0:
+            raise ValueError(f"sonic: argument '{name}' = {x!r} underflows a float32 to 0")
+    return x
 
 
 def to_list(x: Any, name: str) -> list:

@@ -11,6 +11,7 @@
 #include <nanobind/stl/string.h>
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -108,6 +109,10 @@ class Binding {
 
   sonic::Sampler& sampler() { return sampler_; }
   const sonic::SamplerConfig& config() const { return sampler_.config(); }
+  // Every call that reads or changes the sampler's state holds this, with the GIL released: calls
+  // from two Python threads would otherwise race on the request table (a sample reading a history
+  // that an admit replaces).
+  std::unique_lock<std::mutex> hold() { return std::unique_lock<std::mutex>(mutex_); }
   bool on_cuda() const { return sampler_.backend() == sonic::Backend::kCuda; }
 
   // Checks one array and returns its data and 2-D geometry. ndim is 1, 2 or 3 (3: C-contiguous).
@@ -168,7 +173,8 @@ class Binding {
     // Layout: unit stride in the last dimension; C-contiguous except dim 0 of row-strided 2-D
     // arrays (logits), whose row stride may exceed the row length. Extents of 1 have any stride.
     int64_t inner = 1;
-    for (int i = ndim - 1; i >= 0; --i) {
+    // An empty array has no layout to check (numpy gives a (0, V) array strides (0, 0)).
+    for (int i = a.size() == 0 ? -1 : ndim - 1; i >= 0; --i) {
       const int64_t n = static_cast<int64_t>(a.shape(i));
       const int64_t s = a.stride(i);
       const bool free_row = row_strided && i == 0 && ndim == 2;
@@ -201,6 +207,7 @@ class Binding {
   }
 
   sonic::Sampler sampler_;
+  std::mutex mutex_;
 };
 
 sonic::DType logits_dtype(const InArray& a) {
@@ -385,6 +392,8 @@ NB_MODULE(_sonic, m) {
               prompt_data = static_cast<const int32_t*>(c.data);
               prompt_len = c.rows;
             }
+            nb::gil_scoped_release release;
+            const auto held = b.hold();
             b.sampler().admit(slot, p, prompt_data, prompt_len, as_stream(stream));
           },
           nb::arg("slot"), nb::arg("prompt").none(), nb::arg("temperature"), nb::arg("top_k"),
@@ -398,6 +407,8 @@ NB_MODULE(_sonic, m) {
       .def(
           "retire",
           [](Binding& b, int32_t slot, uintptr_t stream) {
+            nb::gil_scoped_release release;
+            const auto held = b.hold();
             b.sampler().retire(slot, as_stream(stream));
           },
           nb::arg("slot"), nb::arg("stream"))
@@ -405,12 +416,19 @@ NB_MODULE(_sonic, m) {
           "append_output",
           [](Binding& b, int32_t slot, const InArray& tokens, uintptr_t stream) {
             const Checked c = b.check(tokens, "tokens", Elem::kI32, 1, Where::kHost);
+            nb::gil_scoped_release release;
+            const auto held = b.hold();
             b.sampler().append_output(slot, static_cast<const int32_t*>(c.data), c.rows,
                                       as_stream(stream));
           },
           nb::arg("slot"), nb::arg("tokens"), nb::arg("stream"))
       .def(
-          "step", [](Binding& b, int32_t slot) { return b.sampler().step(slot); },
+          "step",
+          [](Binding& b, int32_t slot) {
+            nb::gil_scoped_release release;
+            const auto held = b.hold();
+            return b.sampler().step(slot);
+          },
           nb::arg("slot"))
       .def(
           "sample",
@@ -449,6 +467,7 @@ NB_MODULE(_sonic, m) {
             }
             const sonic::CallOptions opt = call_options(mode, advance_step, append_to_history, stream);
             nb::gil_scoped_release release;
+            const auto held = b.hold();
             b.sampler().sample(lv, slot_ids, mv, o, opt);
           },
           nb::arg("logits"), nb::arg("slots").none(), nb::arg("bitmask").none(),
@@ -471,6 +490,7 @@ NB_MODULE(_sonic, m) {
             sonic::CallOptions opt;
             opt.stream = as_stream(stream);
             nb::gil_scoped_release release;
+            const auto held = b.hold();
             b.sampler().top_k(lv, k, o, opt);
           },
           nb::arg("logits"), nb::arg("k"), nb::arg("ids"), nb::arg("values").none(), nb::arg("stream"))
@@ -544,6 +564,7 @@ NB_MODULE(_sonic, m) {
             }
             const sonic::CallOptions opt = call_options(mode, advance_step, append_to_history, stream);
             nb::gil_scoped_release release;
+            const auto held = b.hold();
             b.sampler().verify(lv, in, mv, o, opt);
           },
           nb::arg("logits"), nb::arg("cu_rows"), nb::arg("slots").none(),

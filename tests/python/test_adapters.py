@@ -26,6 +26,37 @@ def test_vllm_greedy_temperatures():
     assert out.logprobs_tensors is None
 
 
+def test_vllm_all_greedy_batch_has_no_temperature():
+    # vLLM's SamplingMetadata.temperature is None when every request is greedy.
+    x = np.random.default_rng(1).normal(size=(6, V)).astype(np.float32)
+    vs = VllmSampler(V, 6, backend="cpu", seed=0)
+    out = vs.sample(x, temperature=None)
+    assert out.sampled_token_ids[:, 0].tolist() == np.argmax(x, axis=1).tolist()
+
+
+def test_vllm_allowed_mask_of_a_large_vocabulary():
+    # The mask goes in as the shorter of the allowed and the banned lists: one token disallowed of
+    # 8000 is a banned list of one (an allowed list of 7999 exceeded max_token_list, 4096), and a
+    # row with every token disallowed has no valid token.
+    big = 8000
+    x = np.tile(np.linspace(1.0, 0.0, big, dtype=np.float32), (3, 1))  # argmax 0, then 1
+    vs = VllmSampler(big, 3, backend="cpu")
+    mask = np.zeros((3, big), dtype=bool)
+    mask[0, 0] = True       # the argmax disallowed
+    mask[1, :] = True       # nothing allowed
+    mask[2, :] = True
+    mask[2, 4000:4003] = False  # three allowed
+    out = vs.sample(x, temperature=[0.0] * 3, allowed_token_ids_mask=mask)
+    assert out.sampled_token_ids[:, 0].tolist() == [1, -1, 4000]
+
+
+def test_vllm_per_row_values_are_not_dicts():
+    # A {row: value} dict would be read as its keys: refused, naming the argument.
+    vs = VllmSampler(V, 2, backend="cpu")
+    with pytest.raises(TypeError, match="seeds"):
+        vs.sample(_logits(2), temperature=[1.0, 1.0], seeds={0: 11, 1: 12})
+
+
 def test_vllm_top_k_disabled_values_match_no_top_k():
     R = 64
     x = np.tile(np.log(np.array([0.3, 0.25, 0.2, 0.1, 0.05, 0.05, 0.03, 0.02], np.float32)), (R, 1))

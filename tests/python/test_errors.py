@@ -96,6 +96,11 @@ def test_python_side_checks(s):
         s.sample(X, final_distribution=True)
     with pytest.raises(TypeError, match="'stream'"):
         s.sample(X, stream="default")
+    # Values a float32 cannot hold: 1e-300 would become 0 (greedy), 1e300 infinity.
+    with pytest.raises(ValueError, match="'temperature' = 1e-300 underflows"):
+        s.admit(0, temperature=1e-300)
+    with pytest.raises(ValueError, match=r"'logit_bias\[0\] bias' = 1e\+300 does not fit"):
+        s.admit(0, logit_bias={1: 1e300})
 
 
 def test_verify_argument_errors(s):

@@ -101,6 +101,39 @@ def test_strided_rows_without_copy(rng):
     assert a.tolist() == b.tolist()
 
 
+def test_empty_batch():
+    # numpy gives a (0, V) array element strides (0, 0): no layout to check, nothing to sample.
+    s = make_sampler(vocab_size=4, max_slots=1)
+    s.admit(0, temperature=0)
+    assert s.sample(np.zeros((0, 4), dtype=np.float32)).tokens.shape == (0,)
+
+
+def test_calls_from_two_threads():
+    # The binding holds a lock a sampler, with the GIL released: a sample reading the histories while
+    # another thread admits requests (replacing them) once read freed memory.
+    import threading
+
+    s = make_sampler(vocab_size=64, max_slots=8)
+    for r in range(8):
+        s.admit(r, temperature=1.0, repetition_penalty=1.3, seed=r, prompt=list(range(r, r + 20)))
+    x = np.random.default_rng(0).normal(size=(8, 64)).astype(np.float32)
+    errors = []
+
+    def admits():
+        try:
+            for i in range(200):
+                s.admit(i % 8, temperature=1.0, repetition_penalty=1.3, seed=i, prompt=list(range(i % 30)))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=admits)
+    t.start()
+    for _ in range(200):
+        assert s.sample(x).tokens.shape == (8,)
+    t.join()
+    assert not errors
+
+
 def test_read_only_input_is_accepted():
     s = make_sampler(vocab_size=4, max_slots=1)
     s.admit(0, temperature=0)

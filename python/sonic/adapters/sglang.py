@@ -18,7 +18,10 @@ Written from SGLang's documented semantics (its sampling parameters and sampler)
 * ``vocab_mask``: the grammar bitmask, xgrammar's int32 layout [B, ceil(V / 32)].
 * Logprobs are SGLang's default, the log of the temperature-scaled softmax before truncation
   (sonic's 'processed' mode; temperature 1 for greedy rows), or the raw input log_softmax with
-  ``return_original_logprob=True``. ``top_logprobs_nums`` gives each request's N.
+  ``return_original_logprob=True``. ``top_logprobs_nums`` gives each request's N. SGLang's own
+  "original" logprobs are of the logits after its penalties, bias and vocab mask at temperature 1,
+  a distribution sonic has no mode for: sonic's raw mode is before all of them, so the two agree
+  only for rows without penalties, bias or mask.
 * Randomness is sonic's: ``sampling_seed`` per request (or a fresh seed per call), with step = the
   number of output tokens so far.
 """

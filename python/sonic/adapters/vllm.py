@@ -3,23 +3,27 @@
 Written from vLLM's documented semantics (its v1 sampler and rejection sampler):
 
 * Per-request parameter tensors, one entry per row of the batch: ``temperature`` (below 1e-5,
-  including vLLM's -1 for greedy rows, means greedy -> sonic's 0), ``top_k`` (-1, 0 or >= vocab
-  size: disabled), ``top_p`` (1.0: disabled), ``min_p`` (0: disabled), ``repetition_penalties``
-  (1.0: disabled; over prompt and output), ``frequency_penalties`` / ``presence_penalties`` (0:
-  disabled; over the output). The order of the rules is vLLM's, which is sonic's (SPEC.md).
+  including vLLM's -1 for greedy rows, means greedy -> sonic's 0; None, vLLM's all-greedy batch,
+  means every row greedy), ``top_k`` (-1, 0 or >= vocab size: disabled), ``top_p`` (1.0:
+  disabled), ``min_p`` (0: disabled), ``repetition_penalties`` (1.0: disabled; over prompt and
+  output), ``frequency_penalties`` / ``presence_penalties`` (0: disabled; over the output). The
+  order of the rules is vLLM's, which is sonic's (SPEC.md).
 * ``prompt_token_ids`` may be vLLM's padded [B, L] tensor (padded with vocab_size), and
   ``output_token_ids`` a list of lists; ids outside [0, V) are dropped as padding/placeholders.
-* ``allowed_token_ids_mask`` [B, V] bool is True where a token is NOT allowed (vLLM's layout);
+* ``allowed_token_ids_mask`` [B, V] bool is True where a token is NOT allowed (vLLM's layout),
+  passed as the shorter of the allowed and the banned list (each counts against max_token_list);
   ``bad_words_token_ids`` {row: [[ids...], ...]} bans the last id of a bad word when the output
   ends with its other ids; ``logit_bias`` is a per-row list of {token: bias} (or None).
 * Logprobs (``logprobs_mode``): 'raw_logprobs' is log_softmax of the input logits (sonic's raw
-  mode); 'processed_logprobs' is log_softmax after temperature, min-p, top-k and top-p, that is
-  sonic's 'final' mode for random rows, and log_softmax of the penalised logits at temperature 1
-  for greedy rows (sonic's 'processed' mode for them). The 'raw_logits' / 'processed_logits'
-  modes return logits, which sonic does not produce. Output: vLLM's LogprobsTensors layout,
-  column 0 the sampled token and columns 1..N the top-N, plus the sampled token's rank (tokens
-  with logprob >= its own). Where fewer than N tokens have finite logprob, sonic pads with id -1
-  and -inf.
+  mode, before every mask: a ``bitmask`` passed here is not in them, where vLLM applies its grammar
+  bitmask to the logits before its sampler; for vLLM's raw logprobs of constrained rows, apply it to
+  the logits instead); 'processed_logprobs' is log_softmax after temperature, min-p, top-k and
+  top-p, that is sonic's 'final' mode for random rows, and log_softmax of the penalised logits at
+  temperature 1 for greedy rows (sonic's 'processed' mode for them). The 'raw_logits' /
+  'processed_logits' modes return logits, which sonic does not produce. Output: vLLM's
+  LogprobsTensors layout, column 0 the sampled token and columns 1..N the top-N, plus the sampled
+  token's rank (tokens with logprob >= its own). Where fewer than N tokens have finite logprob,
+  sonic pads with id -1 and -inf.
 * Rejection sampling: ``cu_num_draft_tokens`` [B] is INCLUSIVE (request b's drafts are
   ``draft_token_ids[cu[b-1]:cu[b]]``); ``logits`` holds the n_b + 1 rows of each request
   (n_b target rows then the bonus row, vLLM's logits_indices order). The output
@@ -150,7 +154,8 @@ class VllmSampler:
                 f"sonic: the batch has {rows} requests, more than max_num_reqs "
                 f"({self.sampler.config['max_slots']})"
             )
-        temps = [greedy_temperature(t) for t in column(temperature, "temperature", rows, 1.0)]
+        # None: vLLM's all-greedy batch (SamplingMetadata.temperature is None then).
+        temps = [greedy_temperature(t) for t in column(temperature, "temperature", rows, 0.0)]
         ks = [top_k_value(k, V) for k in column(top_k, "top_k", rows, 0)]
         ps = column(top_p, "top_p", rows, 1.0)
         mins = column(min_p, "min_p", rows, 0.0)
@@ -165,6 +170,7 @@ class VllmSampler:
                 f"sonic: argument 'logit_bias' holds {len(biases)} rows, the batch has {rows} rows"
             )
         allowed = [None] * rows
+        masked_ids = [[] for _ in range(rows)]  # disallowed by the mask, where fewer than the allowed
         all_masked = [False] * rows
         if allowed_token_ids_mask is not None:
             mask = A.to_list(allowed_token_ids_mask, "allowed_token_ids_mask")
@@ -175,10 +181,14 @@ class VllmSampler:
                 )
             for r, row in enumerate(mask):
                 if any(row):  # True: not allowed
-                    allowed[r] = [t for t, masked in enumerate(row[:V]) if not masked]
-                    if not allowed[r]:  # every token disallowed (an empty list allows all)
-                        allowed[r] = None
+                    # The shorter list of the two: both count against max_token_list.
+                    ok = [t for t, masked in enumerate(row[:V]) if not masked]
+                    if not ok:  # every token disallowed (an empty list allows all)
                         all_masked[r] = True
+                    elif len(ok) <= V - len(ok):
+                        allowed[r] = ok
+                    else:
+                        masked_ids[r] = [t for t, masked in enumerate(row[:V]) if masked]
         banned = [[] for _ in range(rows)]
         for r, words in (bad_words_token_ids or {}).items():
             r = A._int("bad_words_token_ids row", r, 0, rows - 1)
@@ -195,7 +205,9 @@ class VllmSampler:
         seed_list, steps = seeds_and_steps(seeds, rows, [len(o) for o in outputs], self._seeds)
 
         for r in range(rows):
-            ban = list(range(V)) if all_masked[r] else sorted(set(banned[r]))
+            ban = sorted(set(banned[r]) | set(masked_ids[r]))
+            if all_masked[r]:  # nothing allowed: one id both allowed and banned
+                allowed[r], ban = [0], [0]
             self.sampler.admit(
                 r,
                 temperature=temps[r],
