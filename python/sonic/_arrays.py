@@ -9,6 +9,7 @@ host array), torch for torch, cupy for cupy. Host-side lists (prompts, token lis
 from __future__ import annotations
 
 import array as _pyarray
+import contextlib
 import math
 import numbers
 import struct
@@ -225,6 +226,33 @@ class Allocator:
                     raise TypeError(f"sonic: argument '{name}[{i}]' must be an integer, got {v!r}")
             return self.from_list(values, dtype)
         return require_array(x, name)
+
+
+def on_stream(stream: Any, like: Any):
+    """A context in which the logits' framework allocates and fills on an explicit ``stream``: the
+    temporaries and outputs a call makes (lists turned into arrays, default rules, the results) are
+    then ordered with the kernels that read and write them, where on the framework's current stream
+    an explicit stream would not wait for their fills, and the allocator could hand their memory
+    out again while the kernels still use it. A no-op without an explicit stream or for host
+    arrays."""
+    if stream is None or not on_cuda(like):
+        return contextlib.nullcontext()
+    kind = framework(like)
+    if kind == "torch":
+        import torch
+
+        if not isinstance(stream, torch.cuda.Stream):
+            handle = stream_handle(stream, like)
+            stream = (torch.cuda.ExternalStream(handle, device=like.device) if handle
+                      else torch.cuda.default_stream(like.device))
+        return torch.cuda.stream(stream)
+    if kind == "cupy":
+        import cupy
+
+        if not isinstance(stream, cupy.cuda.Stream):
+            stream = cupy.cuda.ExternalStream(stream_handle(stream, like))
+        return stream  # a cupy stream is the context that makes it current
+    return contextlib.nullcontext()
 
 
 def stream_handle(stream: Any, like: Any) -> int:

@@ -3,6 +3,7 @@ library (include/sonic/sampler.hpp), over arrays of any DLPack framework."""
 
 from __future__ import annotations
 
+import functools
 import numbers
 from typing import Any, NamedTuple, Optional
 
@@ -56,6 +57,18 @@ class VerifyResult(NamedTuple):
     rank: Any = None
     top_ids: Any = None
     top_logprobs: Any = None
+
+
+def _on_call_stream(method):
+    """Runs a call (logits first, ``stream`` by keyword) with its stream current in the logits'
+    framework (A.on_stream), so that what it allocates is made and filled on that stream."""
+
+    @functools.wraps(method)
+    def call(self, logits, *args, stream: Any = None, **kw):
+        with A.on_stream(stream, logits):
+            return method(self, logits, *args, stream=stream, **kw)
+
+    return call
 
 
 def _logits_rows(logits: Any) -> tuple:
@@ -271,6 +284,7 @@ class Sampler:
             )
         return logprob, rank, alloc.empty(lead + (n,), "int32"), alloc.empty(lead + (n,), "float32")
 
+    @_on_call_stream
     def sample(
         self,
         logits: Any,
@@ -339,6 +353,7 @@ class Sampler:
             tokens, status, logprob, rank, top_ids, top_lps, final_ids, final_probs, final_count
         )
 
+    @_on_call_stream
     def top_k(self, logits: Any, k: int, *, values: bool = True, stream: Any = None) -> tuple:
         """Batched top-k of raw logits [R, cols >= vocab_size]: row r's ``k`` largest entries among
         ids below vocab_size, value descending then id ascending (NaN read as -inf). No request
@@ -352,6 +367,7 @@ class Sampler:
         self._impl.top_k(logits, k, ids, vals, A.stream_handle(stream, logits))
         return vals, ids
 
+    @_on_call_stream
     def verify(
         self,
         logits: Any,

@@ -146,6 +146,24 @@ def test_current_and_explicit_streams():
         gpu.sample(x, stream="default", **opts)
 
 
+def test_explicit_stream_with_temporaries():
+    # Python lists (cu_rows, drafts) and the default rules become device arrays inside the call: on
+    # an explicit stream they are made and filled on that stream (A.on_stream), so the kernels see
+    # them filled and the allocator keeps them until the stream is done with them.
+    cpu, gpu = _pair(max_rows=2 * R, max_drafts=1)
+    x = _logits(2 * R, 13)
+    cu = list(range(0, 2 * R + 1, 2))
+    drafts = [int(x[2 * b].argmax()) for b in range(R)]
+    other = torch.cuda.Stream()
+    other.wait_stream(torch.cuda.current_stream())
+    xd = x.cuda()
+    got = gpu.verify(xd, cu, drafts, stream=other)
+    other.synchronize()
+    want = cpu.verify(x, cu, drafts)
+    assert torch.equal(got.tokens.cpu(), want.tokens)
+    assert torch.equal(got.num_accepted.cpu(), want.num_accepted)
+
+
 def test_cupy_arrays():
     cupy = pytest.importorskip("cupy")
     cpu, gpu = _pair()
