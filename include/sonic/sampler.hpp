@@ -1,5 +1,7 @@
 // The sampler: a slot-based request table plus the two calls of SPEC.md, single-step sampling and
-// speculative-draft verification, on the backend chosen at creation.
+// speculative-draft verification, on the backend chosen at creation. One sampler takes one call at
+// a time: calls from several threads must be serialised by the caller (a call reads the histories
+// that admit, retire and append_output replace; the Python binding holds a lock a sampler).
 #pragma once
 
 #include <cstdint>

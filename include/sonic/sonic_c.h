@@ -5,6 +5,7 @@
  * - Every function that can fail returns a sonic_status (SONIC_OK = 0). On failure,
  *   sonic_last_error() returns the message of the last failed call on the calling thread
  *   (thread-local; a later successful call does not clear it). Nothing throws across this API.
+ * - One sampler takes one call at a time: serialise calls on a handle made from several threads.
  * - Each struct mirrors the C++ type of the same name in sonic/types.hpp (SPEC.md gives the meaning
  *   of every field); fill it with its sonic_*_default() function first, then set what you need.
  *   Booleans are int32_t (0 false, anything else true); enums are int32_t with the SONIC_*
