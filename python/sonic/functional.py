@@ -63,6 +63,9 @@ def _per_row_list(name: str, value: Any, rows: int) -> list:
     return [value] * rows
 
 
+_CUDA_FINAL_ENTRIES = 16384  # final_distribution=True's capacity on CUDA (128 KB of shared memory)
+
+
 def _one_off_rows(logits: Any, vocab_size: Optional[int], backend: Optional[str]) -> tuple:
     """The one-off calls' view of ``logits`` ([V] or [R, V]): (logits as [R, cols], whether the row
     dimension was added, R, V, backend). V defaults to cols; backend to 'cuda' for CUDA arrays."""
@@ -117,7 +120,8 @@ def sample(
     ``logit_bias`` (dict {token: bias}), ``banned_tokens``, ``allowed_tokens``, ``prompt`` and
     ``output`` (the history, for the penalties) are one list for all rows or a list of per-row
     lists. ``seed`` and ``step`` select the randomness (SPEC.md section 4). ``top_logprobs`` is N
-    of the top-N output (0: none); ``final_distribution`` is True (capacity V) or a capacity.
+    of the top-N output (0: none); ``final_distribution`` is True (capacity V; on CUDA at most
+    16384, the exact sampler's shared memory) or a capacity.
     ``backend`` defaults to 'cuda' for CUDA arrays and 'cpu' otherwise. For [V] logits every field
     of the result drops the row dimension.
     """
@@ -162,7 +166,9 @@ def sample(
     )
     n_top = A._int("top_logprobs", top_logprobs, 0, 20)
     if final_distribution is True:
-        n_final = V
+        # The CUDA backend holds a row's final distribution in shared memory (SamplerConfig's
+        # max_final_entries): 16384 entries fit every recent GPU; a larger kept set gets its count.
+        n_final = V if backend != "cuda" else min(V, _CUDA_FINAL_ENTRIES)
     elif final_distribution is False or final_distribution is None:
         n_final = 0
     else:

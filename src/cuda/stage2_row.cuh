@@ -91,12 +91,13 @@ __device__ __forceinline__ int decide_kept(const SlotParams& p, int32_t V, float
     };
     // A prefix that is the whole row has its exact mass. Otherwise the mass is stage 1's sum_all, of
     // exp((x - x_max) / T) in fp32, where the reference sums exp(z - zm) over z = x / T rounded:
-    // each term differs by up to about |z| 2^-24 in its exponent, past SPEC's 1e-5 at large |z|
-    // (low T; perf-notes v3.31). The row is decided here only when the crossing stays put over that
-    // margin; otherwise it is the exact path's.
+    // each term's exponent differs by up to about d = |z| 2^-24, so the sums by a factor up to
+    // e^d, past SPEC's 1e-5 at large |z| (low T; perf-notes v3.31). The row is decided here only
+    // when the crossing stays put over that margin (2d: twice the bound); otherwise it is the exact
+    // path's.
     if (complete) return kept_at(static_cast<double>(p.top_p) * sh.cum[n - 1]);
     const double target = static_cast<double>(p.top_p) * total;
-    const double margin = 1e-6 + (fabs(static_cast<double>(zm)) + 32.0) * 0x1p-23;
+    const double margin = 1e-6 + expm1((fabs(static_cast<double>(zm)) + 32.0) * 0x1p-23);
     const int lo = kept_at(target * (1.0 - margin));
     return lo == kept_at(target * (1.0 + margin)) ? lo : -1;
   }

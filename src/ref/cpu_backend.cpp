@@ -178,9 +178,10 @@ class CpuBackend final : public SamplerBackend {
       }
       const RequestWork& w = work[b];
       if (!w.ok) {
+        // Its own rows only: where cu_rows steps back, a row of its range may be another request's.
         if (out.status)
           for (int32_t r = std::max(w.first, 0); r < std::min<int64_t>(w.last, logits.rows); ++r)
-            out.status[r] = kStatusInvalidInput;
+            if (detail::owner_of_row(in.cu_rows, in.num_requests, r) == b) out.status[r] = kStatusInvalidInput;
         continue;
       }
       const ref::VerifyResult& res = w.res;

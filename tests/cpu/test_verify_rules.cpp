@@ -857,6 +857,24 @@ TEST(VerifyRules, CuRowsSteppingBackGiveNoRowToTwoRequests) {
   EXPECT_EQ(r.status[1], kStatusOk);
   EXPECT_EQ(s.step(0), 0u);
   EXPECT_EQ(s.step(3), 1u);
+
+  // An invalid request flags only the rows it owns: cu_rows = {0, 2, 1, 3} over peak(2), peak(4),
+  // peak(5). r0 owns rows 0 and 1 (valid: d0 = 2 accepted, then 4); r1's [2, 1) is empty; r2's
+  // [1, 3) holds row 1, r0's, so r2 is invalid and flags row 2 alone. Once the reference flagged
+  // row 1 too, after r0 had written its status.
+  Sampler s2(config());
+  for (int32_t slot = 0; slot < 3; ++slot) s2.admit(slot, greedy(), &kDummy, 0);
+  VCall c2;
+  c2.rows = {peak(2), peak(4), peak(5)};
+  c2.cu_rows = {0, 2, 1, 3};
+  c2.drafts = {2};
+  const VResult r2 = run_verify(s2, c2);
+  expect_tokens(r2, 0, {2, 4}, 1);
+  expect_tokens(r2, 1, {}, 0);
+  expect_tokens(r2, 2, {}, 0);
+  EXPECT_EQ(r2.status[0], kStatusOk);
+  EXPECT_EQ(r2.status[1], kStatusOk);
+  EXPECT_EQ(r2.status[2], kStatusInvalidInput);
 }
 
 TEST(VerifyRules, HistoryFullFlagsTheRowWhoseTokenDidNotFit) {
