@@ -20,7 +20,28 @@ import statistics
 import torch
 
 ROTATE_BYTES = 256 << 20
-READ_BW = 4.33e12
+H200_READ_BW = 4.33e12  # ANCHORS.md's read-only reduction
+READ_BW = H200_READ_BW  # set in main(): this GPU's (read_bandwidth)
+
+
+def read_bandwidth(gpu):
+    """The one-read floor's bandwidth: ANCHORS.md's figure on an H200 (BENCH.md), otherwise this
+    GPU's own read-only reduction over 1 GiB (best of five), as sonic_bench measures it."""
+    if "H200" in gpu:
+        return H200_READ_BW
+    x = torch.zeros(1 << 28, device="cuda")
+    best = float("inf")
+    for it in range(7):
+        t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0.record()
+        x.sum()
+        t1.record()
+        t1.synchronize()
+        if it >= 2:
+            best = min(best, t0.elapsed_time(t1))
+    bw = x.numel() * 4 / (best * 1e-3)
+    print(f"read bandwidth: {gpu} reads at {bw * 1e-12:.2f} TB/s (the floors use it)")
+    return bw
 
 
 def make_logits(B, V, dtype, peaked, gen):
@@ -225,6 +246,8 @@ def main():
                     help="verify suite: FlashInfer alone (the PyTorch rejection sampler takes ~20 ms a call at B = 256)")
     a = ap.parse_args()
     gpu = torch.cuda.get_device_name(0)
+    global READ_BW
+    READ_BW = read_bandwidth(gpu)
     try:
         import flashinfer  # noqa: F401
         fi = flashinfer
@@ -237,7 +260,9 @@ def main():
         def emit(impl, case, B, V, dt, mode, us, floor_us, suite="sample", extra=None):
             line = {"suite": suite, "impl": impl, "case": case, "B": B, "V": V, "dtype": dt,
                     "mode": mode, "us": round(us, 2), "floor_us": round(floor_us, 2), "gpu": gpu,
-                    "commit": a.commit, "date": a.date}
+                    "commit": a.commit, "date": a.date, "torch": torch.__version__}
+            if fi is not None and impl.startswith("flashinfer"):
+                line["flashinfer"] = getattr(fi, "__version__", "unknown")
             line.update(extra or {})
             out.write(json.dumps(line) + "\n")
             out.flush()
@@ -252,7 +277,9 @@ def main():
                     for B in map(int, a.B.split(",")):
                         nbytes = B * V * (4 if dt == "fp32" else 2)
                         n = max(2, math.ceil(ROTATE_BYTES / nbytes))
-                        n = min(n, 64)  # capture size; the rest of the rotation comes from replays
+                        # One captured call a buffer; 256 MiB in all (BENCH.md), at most 512 calls
+                        # (once 64, which left B = 1 fp32's 39 MB inside the L2).
+                        n = min(n, 512)
                         bufs = [make_logits(B, V, tdt, peaked, gen) for _ in range(n)]
                         temp = torch.full((B,), 0.7, device="cuda")
                         k = torch.full((B,), 50, device="cuda", dtype=torch.int32)

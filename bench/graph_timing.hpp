@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -21,7 +22,59 @@
     }                                                                                   \
   } while (0)
 
-constexpr double kReadBandwidth = 4.33e12;  // H200 read-only reduction, ANCHORS.md
+constexpr double kH200ReadBandwidth = 4.33e12;  // H200 read-only reduction, ANCHORS.md
+
+static __global__ void read_bandwidth_kernel(const float4* p, size_t n, float* sink) {
+  float s = 0.0f;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const float4 v = p[i];
+    s += (v.x + v.y) + (v.z + v.w);
+  }
+  if (s == 1234.5f) *sink = s;  // keeps the loads; the buffer is zeros, so never true
+}
+
+// The one-read floor's bandwidth: ANCHORS.md's H200 figure on an H200 (BENCH.md), otherwise this
+// GPU's own read-only reduction over 1 GiB (best of five), so that a run on another GPU (the
+// device tool may lend an H100) prints its floor against that GPU, not the H200's.
+inline double read_bandwidth() {
+  static double bw = 0.0;
+  if (bw > 0.0) return bw;
+  cudaDeviceProp prop{};
+  int dev = 0;
+  if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess &&
+      std::strstr(prop.name, "H200") != nullptr)
+    return bw = kH200ReadBandwidth;
+  const size_t bytes = 1ull << 30;
+  void* buf = nullptr;
+  float* sink = nullptr;
+  if (cudaMalloc(&buf, bytes) != cudaSuccess || cudaMalloc(&sink, sizeof(float)) != cudaSuccess ||
+      cudaMemset(buf, 0, bytes) != cudaSuccess) {
+    std::fprintf(stderr, "read_bandwidth: no 1 GiB to measure with; using the H200's\n");
+    cudaFree(buf);
+    return bw = kH200ReadBandwidth;
+  }
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  float best = 1e30f;
+  for (int it = 0; it < 7; ++it) {
+    cudaEventRecord(e0);
+    read_bandwidth_kernel<<<prop.multiProcessorCount * 8, 512>>>(static_cast<const float4*>(buf), bytes / 16, sink);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (it >= 2) best = std::min(best, ms);  // two warm-ups
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(sink);
+  cudaFree(buf);
+  bw = static_cast<double>(bytes) / (best * 1e-3);
+  std::fprintf(stderr, "read_bandwidth: %s reads at %.2f TB/s (the floors use it)\n", prop.name, bw * 1e-12);
+  return bw;
+}
 constexpr size_t kRotateBytes = 256ull << 20;
 
 // Input buffers of `bytes` a call to rotate through, so that no call finds its input in L2: at least
@@ -34,7 +87,7 @@ inline int rotating_buffers(size_t bytes) {
   return static_cast<int>(std::max<size_t>(2, (rotate + bytes - 1) / bytes));
 }
 // Reading `bytes` once at the read ceiling, in µs.
-inline double read_floor_us(size_t bytes) { return 1e6 * static_cast<double>(bytes) / kReadBandwidth; }
+inline double read_floor_us(size_t bytes) { return 1e6 * static_cast<double>(bytes) / read_bandwidth(); }
 
 inline double percentile_median(std::vector<float> v) {
   std::sort(v.begin(), v.end());

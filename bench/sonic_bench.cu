@@ -83,8 +83,10 @@ struct Case {
   bool grammar = false;  // "grammar-*" (not in BENCH.md): the homogeneous parameters under a grammar's mask
   int kind = -1;    // "hetero-kindK-*" (not in BENCH.md): every row is the heterogeneous batch's kind K
   // The heterogeneous batch's kind of row r (0 greedy; 1 top-k/top-p, penalties; 2 top-k/min-p,
-  // bitmask; 3 joint top-k/top-p, penalties), or kind K for every row.
-  int row_kind(int r) const { return kind >= 0 ? kind : r % 4; }
+  // bitmask; 3 joint top-k/top-p, penalties), or kind K for every row. Row 0 is kind 1, so that a
+  // batch of one row is a mixed row rather than a greedy one (before 2026-12-05, r % 4: hetero B = 1
+  // timed a greedy row); a quarter of every batch of 4n rows is greedy.
+  int row_kind(int r) const { return kind >= 0 ? kind : (r + 1) % 4; }
 };
 
 // Parses a sample-suite case name: {homog,hetero,topp,topp-sharp,grammar}-{peaked,flat} or
@@ -164,9 +166,12 @@ sonic::RequestParams row_params(const Case& c, int r, int32_t V, std::mt19937_64
     default: p.temperature = 0.8f; p.top_k = 100; p.top_p = 0.95f; p.top_p_joint = true; break;
   }
   if (kind % 2 == 1) {
+    // BENCH.md: the three penalties over 1000 history tokens, the prompt here (frequency and
+    // presence count the prompt only with penalties_include_prompt; before 2026-12-05 they did not).
     p.repetition_penalty = 1.1f;
     p.frequency_penalty = 0.2f;
     p.presence_penalty = 0.1f;
+    p.penalties_include_prompt = true;
     for (int i = 0; i < 1000; ++i) prompt->push_back(static_cast<int32_t>(rng() % V));
   }
   std::vector<char> used(V, 0);
@@ -350,12 +355,14 @@ int bench_verify(const Args& a, FILE* out, const std::string& gpu, cudaStream_t 
         for (int B : a.batches) {
           const int rows = B * (n + 1);
           std::vector<int32_t> rules(B), cu(B + 1), drafts(static_cast<size_t>(B) * n);
+          std::vector<char> greedy(B);  // the requests that must agree with the reference exactly
           std::mt19937_64 rng(B * 31 + n);
           for (int b = 0; b < B; ++b) {
             sonic::RequestParams p;
             p.seed = 500 + b;
             const int kind = cname == "all-greedy" ? 0 : cname == "all-random" ? 1 : b % 4;
             p.temperature = kind == 0 ? 0.0f : 0.7f;
+            greedy[b] = kind == 0;
             p.top_k = 50;
             p.top_p = 0.9f;
             std::vector<int32_t> prompt;
@@ -430,8 +437,9 @@ int bench_verify(const Args& a, FILE* out, const std::string& gpu, cudaStream_t 
           auto call = [&](int i) {
             sampler.verify(view(i), inputs(d_cu, d_drafts, d_rules, d_q), sonic::BitmaskView{}, o, opt);
           };
-          // Check buffer 0 against the reference on the first requests (every kind of the mixed case).
-          const int checked = std::min(B, 8);
+          // Check buffer 0 against the reference on the first requests (every kind of the mixed case):
+          // greedy requests must agree exactly, and of 16 random ones one may differ (a near-tie).
+          const int checked = std::min(B, 16);
           call(0);
           CHECK_CUDA(cudaStreamSynchronize(stream));
           std::vector<int32_t> got(static_cast<size_t>(B) * (maxN + 1)), want(got.size()), acc(B), wacc(B),
@@ -452,14 +460,16 @@ int bench_verify(const Args& a, FILE* out, const std::string& gpu, cudaStream_t 
             reference.verify(sonic::LogitsView{h.data(), dt, cu[checked], V, V}, hin,
                              sonic::BitmaskView{}, ho, hopt);
           }
-          int mism = 0;
+          int mism = 0, greedy_mism = 0;
           for (int b = 0; b < checked; ++b) {
             bool same = acc[b] == wacc[b];
             for (int i = 0; i <= maxN; ++i) same &= got[b * (maxN + 1) + i] == want[b * (maxN + 1) + i];
             mism += !same;
+            greedy_mism += !same && greedy[b];
           }
           double graph_us = 0.0, eager_us = 0.0;
-          if (mism <= 1) std::tie(graph_us, eager_us) = time_calls(stream, nbuf, a.graph_replays, call);
+          if (greedy_mism == 0 && mism <= checked / 16)
+            std::tie(graph_us, eager_us) = time_calls(stream, nbuf, a.graph_replays, call);
           else ++failures;
 #if SONIC_TIMELINE
           if (a.timeline > 0 && graph_us > 0)
@@ -616,10 +626,12 @@ int main(int argc, char** argv) {
           opt.stream = stream;
           opt.append_to_history = false;  // the timed state stays the checked state
 
-          // Check: the first rows against the CPU reference (same step), all tokens in range.
+          // Check: the first 16 rows against the CPU reference (same step), all tokens in range.
+          // Greedy rows must agree exactly; of random rows one in 16 may differ (a near-tie), so a
+          // small batch's rows must all agree.
           std::string check = "ok";
           {
-            const int nref = std::min(B, 3);
+            const int nref = std::min(B, 16);
             std::vector<uint64_t> steps(nref);
             for (int r = 0; r < nref; ++r) steps[r] = sampler.step(r);
             sampler.sample(view(0), slots, bm, o, opt);
@@ -629,17 +641,20 @@ int main(int argc, char** argv) {
             CHECK_CUDA(cudaMemcpy(st.data(), status, B * 4, cudaMemcpyDeviceToHost));
             std::vector<char> host(static_cast<size_t>(nref) * V * elem);
             CHECK_CUDA(cudaMemcpy(host.data(), logits, host.size(), cudaMemcpyDeviceToHost));
-            int bad = 0, mism = 0;
+            int bad = 0, mism = 0, greedy_mism = 0;
             for (int r = 0; r < B; ++r) bad += got[r] < 0 || got[r] >= V || st[r] != 0;
             for (int r = 0; r < nref; ++r) {
               const std::vector<float> x = sonic::ref::row_to_float(host.data() + static_cast<size_t>(r) * V * elem, dt, V);
               const sonic::ref::TokenCounts counts = sonic::ref::count_tokens(prompts[r], {});
               const int32_t* mrow = h_mask_index[r] >= 0 ? h_mask.data() + static_cast<size_t>(r) * words : nullptr;
               const sonic::ref::RowContext ctx{&params[r], &counts, mrow, V, steps[r], 0};
-              mism += sonic::ref::sample_row(x.data(), ctx, sonic::LogprobMode::kRaw).token != got[r];
+              const bool wrong = sonic::ref::sample_row(x.data(), ctx, sonic::LogprobMode::kRaw).token != got[r];
+              mism += wrong;
+              greedy_mism += wrong && params[r].temperature == 0.0f;
             }
-            if (bad || mism > 1) {
-              check = "FAILED(" + std::to_string(bad) + " bad, " + std::to_string(mism) + " ref mismatches)";
+            if (bad || greedy_mism || mism > nref / 16) {
+              check = "FAILED(" + std::to_string(bad) + " bad, " + std::to_string(mism) + " ref mismatches, " +
+                      std::to_string(greedy_mism) + " greedy)";
               ++failures;
             } else if (mism) {
               check = "ok (1 near-tie)";

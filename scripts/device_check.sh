@@ -13,6 +13,10 @@ log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 install_carried_wheels  # FlashInfer for the baselines, when .whl is carried
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$L/gpu.txt"
+# Results go to bench/results/<gpu>.jsonl (BENCH.md): h200, h100, ... from the GPU's name (the device
+# tool may lend an H100), "gpu" when the name has no known model.
+results=$(head -1 "$L/gpu.txt" | grep -oiE 'h100|h200|b200|a100|l40s' | head -1 | tr 'A-Z' 'a-z')
+results=${results:-gpu}
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
   "${gtest[@]}" >"$L/configure.log" 2>&1 || { log "configure FAILED"; tail -30 "$L/configure.log"; exit 1; }
 targets=(--target sonic_gpu_tests)
@@ -40,14 +44,14 @@ if [[ " $steps " == *" bench "* ]]; then
   # The device copy has no .git: the caller passes SONIC_COMMIT (git rev-parse --short HEAD).
   commit=${SONIC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
   day=$(date -u +%F)
-  build-gpu/bench/sonic_bench --out "$OUT/h200.jsonl" --commit "$commit" --date "$day" ${SONIC_BENCH_ARGS:-} \
+  build-gpu/bench/sonic_bench --out "$OUT/$results.jsonl" --commit "$commit" --date "$day" ${SONIC_BENCH_ARGS:-} \
     2>&1 | tee "$L/bench.log" | tail -200; r=${PIPESTATUS[0]}
   log "sonic_bench rc=$r: $(tail -1 "$L/bench.log")"
   [ $r -ne 0 ] && rc=1
-  [ -n "${SONIC_SKIP_BASELINES:-}" ] || PYTHONUNBUFFERED=1 python3 bench/baselines.py --out "$OUT/h200.jsonl" --commit "$commit" --date "$day" \
+  [ -n "${SONIC_SKIP_BASELINES:-}" ] || PYTHONUNBUFFERED=1 python3 bench/baselines.py --out "$OUT/$results.jsonl" --commit "$commit" --date "$day" \
     ${SONIC_BASELINE_ARGS:-} 2>&1 | tee "$L/baselines.log" | tail -60
   log "baselines rc=${PIPESTATUS[0]}"
-  python3 bench/plot.py "$OUT/h200.jsonl" "$OUT/h200.png" --commit "$commit" >>"$OUT/summary.txt" 2>&1
+  python3 bench/plot.py "$OUT/$results.jsonl" "$OUT/$results.png" --commit "$commit" >>"$OUT/summary.txt" 2>&1
   # FlashInfer's JIT log, when it compiled (or failed to), and its compiled modules for later calls to
   # carry as .fi-cache (README, GPU tests) when this call compiled them.
   find "${FLASHINFER_WORKSPACE_BASE:-$HOME}/.cache/flashinfer" -name flashinfer_jit.log -exec cp {} "$L/" \; 2>/dev/null || true
@@ -56,7 +60,7 @@ fi
 if [[ " $steps " == *" topk "* ]]; then
   # Sampler::top_k (k = 128) against torch.topk (the baselines script times it with the sample suite).
   commit=${SONIC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-  build-gpu/bench/sonic_bench --suite topk --k 128 --V 151936 --dtype fp32,bf16 --out "$OUT/h200.jsonl" \
+  build-gpu/bench/sonic_bench --suite topk --k 128 --V 151936 --dtype fp32,bf16 --out "$OUT/$results.jsonl" \
     --commit "$commit" --date "$(date -u +%F)" 2>&1 | tee "$L/bench_topk.log" | tail -20; r=${PIPESTATUS[0]}
   log "sonic_bench topk rc=$r: $(tail -1 "$L/bench_topk.log")"
   [ $r -ne 0 ] && rc=1
@@ -65,12 +69,12 @@ if [[ " $steps " == *" verify "* ]]; then
   # Suite verify: sonic, the PyTorch rejection sampler and (when it imports) FlashInfer in the same run.
   commit=${SONIC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
   build-gpu/bench/sonic_bench --suite verify --V 151936 --B ${SONIC_VERIFY_B:-1,8,32,64,128,256} \
-    --drafts ${SONIC_VERIFY_DRAFTS:-1,3,5,7} --out "$OUT/h200.jsonl" --commit "$commit" --date "$(date -u +%F)" \
+    --drafts ${SONIC_VERIFY_DRAFTS:-1,3,5,7} --out "$OUT/$results.jsonl" --commit "$commit" --date "$(date -u +%F)" \
     2>&1 | tee "$L/bench_verify.log" | tail -30; r=${PIPESTATUS[0]}
   log "sonic_bench verify rc=$r: $(tail -1 "$L/bench_verify.log")"
   [ $r -ne 0 ] && rc=1
   PYTHONUNBUFFERED=1 python3 bench/baselines.py --suite verify --B ${SONIC_VERIFY_B:-1,8,32,64,128,256} \
-    --drafts ${SONIC_VERIFY_DRAFTS:-1,3,5,7} --out "$OUT/h200.jsonl" --commit "$commit" --date "$(date -u +%F)" \
+    --drafts ${SONIC_VERIFY_DRAFTS:-1,3,5,7} --out "$OUT/$results.jsonl" --commit "$commit" --date "$(date -u +%F)" \
     2>&1 | tee "$L/baselines_verify.log" | tail -30
   log "baselines verify rc=${PIPESTATUS[0]}"
 fi
@@ -78,7 +82,7 @@ if [[ " $steps " == *" probe "* ]]; then
   # docs/design-small-batch.md's first measurement: a row's argmax merged through global memory
   # against a thread-block cluster (bench/cluster_probe.cu).
   commit=${SONIC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-  build-gpu/bench/sonic_cluster_probe ${SONIC_PROBE_ARGS:-} --out "$OUT/h200.jsonl" --commit "$commit" \
+  build-gpu/bench/sonic_cluster_probe ${SONIC_PROBE_ARGS:-} --out "$OUT/$results.jsonl" --commit "$commit" \
     --date "$(date -u +%F)" 2>&1 | tee "$L/probe.log" | tail -45; r=${PIPESTATUS[0]}
   log "sonic_cluster_probe rc=$r: $(tail -1 "$L/probe.log")"
   [ $r -ne 0 ] && rc=1
