@@ -22,13 +22,11 @@ SONIC_HD int32_t owner_of_row(const int32_t* cu_rows, int32_t num_requests, int3
   return lo;
 }
 
-// Whether request b owns rows first + i for i = i0, i0 + stride, ... below last (a thread's share of
-// the check; i0 = 0, stride = 1 for all of them).
-SONIC_HD bool owns_rows(const int32_t* cu_rows, int32_t num_requests, int32_t b, int32_t first, int32_t last,
-                        int32_t i0, int32_t stride) {
-  bool ok = true;
-  for (int32_t r = first + i0; r < last; r += stride) ok &= owner_of_row(cu_rows, num_requests, r) == b;
-  return ok;
+// Whether request b owns every row of its range [first, last), first < last. The bisection's answer
+// never decreases as the row grows (each probe's test cu_rows[mid] <= row can only turn true, which
+// sends the search right), so the two ends decide it.
+SONIC_HD bool owns_rows(const int32_t* cu_rows, int32_t num_requests, int32_t b, int32_t first, int32_t last) {
+  return owner_of_row(cu_rows, num_requests, first) == b && owner_of_row(cu_rows, num_requests, last - 1) == b;
 }
 
 }  // namespace sonic::detail

@@ -56,7 +56,7 @@ __device__ inline bool request_inputs_ok(const RowJob& job, const VerifyRow& w, 
   // An unknown rule makes the request invalid whatever its temperature, as in the reference.
   if (w.rule < 0 || w.rule > static_cast<int32_t>(VerifyRule::kStrict)) return false;
   // Every row of the range is the request's (a cu_rows that steps back gives a row to two ranges).
-  bool ok = detail::owns_rows(v.cu_rows, v.num_requests, w.request, w.first, w.first + w.n + 1, i0, stride);
+  bool ok = i0 != 0 || detail::owns_rows(v.cu_rows, v.num_requests, w.request, w.first, w.first + w.n + 1);
   for (int32_t j = i0; j < w.n; j += stride) {
     const int64_t d = w.draft0 + j;
     const int32_t token = v.draft_tokens[d];

@@ -159,7 +159,7 @@ class CpuBackend final : public SamplerBackend {
       // bisection): a cu_rows that steps back gives a row to two ranges.
       const bool rows_ok = w.first >= 0 && w.first < w.last && w.last <= logits.rows &&
                            w.last - w.first - 1 <= config_.max_drafts &&
-                           detail::owns_rows(in.cu_rows, in.num_requests, static_cast<int32_t>(b), w.first, w.last, 0, 1);
+                           detail::owns_rows(in.cu_rows, in.num_requests, static_cast<int32_t>(b), w.first, w.last);
       ref::VerifyRequest req;
       std::vector<std::vector<float>> rows;  // req.rows point into it
       w.ok = rows_ok && slot_is_active(w.slot) &&
