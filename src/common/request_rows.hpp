@@ -11,7 +11,7 @@
 namespace sonic::detail {
 
 // The last b in [0, num_requests) with cu_rows[b] <= row, found by bisection (on a non-decreasing
-// cu_rows; on any other, the bisection's answer, which request_owns_its_rows checks).
+// cu_rows; on any other, the bisection's answer, which owns_rows checks).
 SONIC_HD int32_t owner_of_row(const int32_t* cu_rows, int32_t num_requests, int32_t row) {
   int32_t lo = 0, hi = num_requests;
   while (hi - lo > 1) {
