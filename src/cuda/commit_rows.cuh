@@ -77,13 +77,21 @@ __device__ inline void commit_requests(const RowJob& job, int32_t first_warp, in
     int32_t* tokens = v.tokens + b * v.out_stride;
     float* lps = v.logprob ? v.logprob + b * v.out_stride : nullptr;
     int32_t* ranks = v.rank ? v.rank + b * v.out_stride : nullptr;
-    const int32_t first = v.cu_rows[b];
+    const int32_t first = v.cu_rows[b], last = v.cu_rows[b + 1];
     const VerifyRow w = locate_verify_row(job, first);  // the same in every lane
-    bool ok = w.request == b && w.shape_ok && request_inputs_ok(job, w, lane, 32);
+    // Every row of the range must be the request's (where cu_rows steps back, a row lies in two
+    // ranges). Decided here, once a request, not in each row's stage 2, where the check cost the fp32
+    // fast kernel's allocation a spill (perf-notes v3.31); the rows stage 2 settled for a request
+    // that owns only part of its range get their bit below.
+    const bool owns = first < last && detail::owns_rows(v.cu_rows, v.num_requests, b, first, last);
+    bool ok = owns && w.request == b && w.shape_ok && request_inputs_ok(job, w, lane, 32);
     const int32_t n = ok ? w.n : -1;  // rows first .. first + n are the request's
     for (int32_t j = lane; j <= n; j += 32)
       ok &= !(job.out.status && (__ldcg(job.out.status + first + j) & kStatusInvalidInput));
     ok = __all_sync(0xFFFFFFFFu, ok);
+    if (!owns && job.out.status)
+      for (int32_t r = max(first, 0) + lane; r < min(last, job.rows); r += 32)
+        if (detail::owner_of_row(v.cu_rows, v.num_requests, r) == b) job.out.status[r] = kStatusInvalidInput;
     // The stopping row: the first whose verdict stops (every request's last row does).
     int32_t stop_at = n + 1;
     for (int32_t j0 = 0; ok && j0 <= n && stop_at > n; j0 += 32) {

@@ -47,7 +47,8 @@ __device__ inline VerifyRow locate_verify_row(const RowJob& job, int32_t row) {
 }
 
 // The CPU backend's checks of a whole request beyond its shape: rule, draft ids, q for the rule,
-// bitmask rows. Work item i of `count` (a thread's share), so that a block can split it.
+// bitmask rows (whether it owns its rows, the commit decides: commit_requests). Work item i of
+// `count` (a thread's share), so that a block can split it.
 __device__ inline bool request_inputs_ok(const RowJob& job, const VerifyRow& w, int i0, int stride) {
   const VerifyJob& v = job.verify;
   const SlotTableView& tab = job.table;
@@ -55,8 +56,7 @@ __device__ inline bool request_inputs_ok(const RowJob& job, const VerifyRow& w, 
   const bool random = tab.params[w.slot].temperature != 0.0f;
   // An unknown rule makes the request invalid whatever its temperature, as in the reference.
   if (w.rule < 0 || w.rule > static_cast<int32_t>(VerifyRule::kStrict)) return false;
-  // Every row of the range is the request's (a cu_rows that steps back gives a row to two ranges).
-  bool ok = i0 != 0 || detail::owns_rows(v.cu_rows, v.num_requests, w.request, w.first, w.first + w.n + 1);
+  bool ok = true;
   for (int32_t j = i0; j < w.n; j += stride) {
     const int64_t d = w.draft0 + j;
     const int32_t token = v.draft_tokens[d];
