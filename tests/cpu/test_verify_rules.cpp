@@ -877,6 +877,23 @@ TEST(VerifyRules, CuRowsSteppingBackGiveNoRowToTwoRequests) {
   EXPECT_EQ(r2.status[2], kStatusInvalidInput);
 }
 
+TEST(VerifyRules, NoRowsStillWritesTheOutputs) {
+  // A call whose requests name no rows (logits.rows = 0, cu_rows all 0): every request is invalid
+  // (n = -1) and its outputs are still written: tokens -1, num_accepted 0, logprobs -inf. No step
+  // moves. The GPU test CudaVerifyBadInput.NoRowsStillWritesTheOutputs holds the CUDA backend to it.
+  Sampler s(config());
+  s.admit(0, random_req(3, 0.8f), &kDummy, 0);
+  s.admit(1, greedy(), &kDummy, 0);
+  VCall c;
+  c.cu_rows = {0, 0, 0};
+  const VResult r = run_verify(s, c);
+  for (int32_t b = 0; b < 2; ++b) {
+    expect_tokens(r, b, {}, 0);
+    for (int64_t j = 0; j < kStride; ++j) EXPECT_EQ(r.logprob[b][j], -kInf) << b << " " << j;
+    EXPECT_EQ(s.step(b), 0u);
+  }
+}
+
 TEST(VerifyRules, HistoryFullFlagsTheRowWhoseTokenDidNotFit) {
   // max_history 2, filled by the prompt {0, 0}. Greedy, one draft d0 = 1: row 0 (argmax 1) accepts
   // it, row 1 has no valid token and ends the request with -1. Token 1 does not fit the history: the

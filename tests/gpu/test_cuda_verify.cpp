@@ -252,15 +252,18 @@ TEST(CudaVerifyBadInput, NoRowsStillWritesTheOutputs) {
   p.temperature = 0.8f;
   for (int32_t b = 0; b < B; ++b) gpu.admit(b, p, nullptr, 0);
   DeviceBuffer<float> logits(V);  // a row's room; the call names none
-  DeviceBuffer<int32_t> cu_rows(B + 1), tokens(B * W), accepted(B);
+  DeviceBuffer<int32_t> cu_rows(B + 1), drafts(1), tokens(B * W), accepted(B);
   DeviceBuffer<float> logprob(B * W);
   cu_rows.upload(std::vector<int32_t>(B + 1, 0));
+  drafts.upload(std::vector<int32_t>(1, 0));
   tokens.upload(std::vector<int32_t>(B * W, 7));
   accepted.upload(std::vector<int32_t>(B, 7));
   logprob.upload(std::vector<float>(B * W, 7.0f));
   VerifyInputs in;
   in.num_requests = B;
   in.cu_rows = cu_rows.get();
+  in.draft_tokens = drafts.get();  // required whenever max_drafts > 0, though no request has drafts
+  in.num_drafts_capacity = 1;
   VerifyOutputs out;
   out.tokens = tokens.get();
   out.num_accepted = accepted.get();
