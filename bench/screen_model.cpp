@@ -9,13 +9,13 @@
 // A warp's group is 1024 ids; lane l holds ids base + 128 i + 4 l + j (i < 8, j < 4), as fp32's
 // 16-byte loads place them (src/cuda/tile_loader.cuh). Each lane keeps its three largest valid
 // values; the warp's bound is one of:
-//   lanes: just above the largest of the lanes' fourth values (main: no lane holds four above it);
+//   lanes: just above the largest of the lanes' fourth values (main until v3.32: no lane holds four above it);
 //   rank r: the r-th largest of the lanes' kept values (docs/experiments/warp-rank-bound-v2.patch),
 //           r fixed (9 in top-k rows, 16 in others) or following V as its screen_rank does, with 9
-//           or 12 in top-k rows (rank-bound-v3.patch takes 12), the lanes' bound where the warp
+//           or 12 in top-k rows (main takes 12 since rank-bound-v3.patch merged), the lanes' bound where the warp
 //           keeps fewer than r; a lane with four or more at or above the bound ("crowded") lists
 //           them all ("listed", wrB) or the bound rises above the crowded lanes' fourth values
-//           ("unlisted", wrN). rank-bound-v3.patch's sparse groups list every valid token instead.
+//           ("unlisted", wrN). main's sparse groups (rank-bound-v3.patch, merged) list every valid token instead.
 // The chunk's four warps share their bounds (the largest), as they mostly do at B = 1.
 //
 //   sonic_screen_model [ROWS [V]]   (ROWS a case, default 50; V default 151936; one line a case and
@@ -41,7 +41,7 @@ struct Bound {
   bool listed;     // crowded lanes list all their tokens at or above the bound (else the bound rises)
   int sparse;      // in rows with a rank, a warp's group of at most 96 valid tokens whose lanes
                    // keep fewer than `sparse` values (at most 96) lists them all and sets no bound
-                   // (rank-bound-v3.patch: 36; 0: never; 97: whatever the lanes keep); a warp
+                   // (main, from rank-bound-v3.patch: 36; 0: never; 97: whatever the lanes keep); a warp
                    // keeping fewer than r values takes the lanes' bound
 };
 
@@ -186,10 +186,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "sonic_screen_model: V must be at least 4096, got '%s'\n", argv[2]);
     return 2;
   }
-  const std::vector<Bound> bounds = {{"lanes (main)", 0, 0, false, true, 0},
+  const std::vector<Bound> bounds = {{"lanes (main until v3.32)", 0, 0, false, true, 0},
                                      {"rank 9/16 fixed, listed", 9, 16, false, true, 0},
                                      {"rank by V, listed (wrB)", 9, 16, true, true, 0},
-                                     {"rank 12 by V, sparse (v3)", 12, 16, true, true, 36},
+                                     {"rank 12 by V, sparse (main)", 12, 16, true, true, 36},
                                      {"v3 without sparse groups", 12, 16, true, true, 0},
                                      {"v3, every group <= 96 sparse", 12, 16, true, true, 97},
                                      {"rank by V, unlisted (wrN)", 9, 16, true, false, 0}};

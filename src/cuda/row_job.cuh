@@ -42,6 +42,7 @@ constexpr int32_t kGroupTokens = 32;                   // tokens a lane screens 
 constexpr int32_t kStepLoads = 8;                      // 16-byte loads a lane a step
 constexpr int32_t kShortStepLoads = 4;                 // 16-bit logits in small calls (FastScratch::step_loads)
 constexpr int32_t kGroupCandidates = 3 * 32;           // keys a warp may keep from one group
+constexpr int32_t kTopKSlack = 16;                      // top-k rows: stage 2 sorts about k + kTopKSlack keys
 constexpr int32_t kMaxChunks = 64;                     // stage 2 merges at most 64 chunks (two a lane)
 constexpr int32_t kMinTileTokens = 4096;               // fp32
 constexpr int32_t kMaxVocab = kMaxChunks * kMinTileTokens;

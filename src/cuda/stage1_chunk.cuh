@@ -5,17 +5,19 @@
 //   - the logits after SPEC.md section 2 steps 1-4 (x): the bitmask and the row's bans as bit tests,
 //     and the whole rule (token_rules.hpp through RowPrologue::rules) only for the few tokens that a
 //     list names, that the history holds or that an earlier draft of the step is ("special" tokens);
-//   - truncated random rows: the group's three largest keys and a bound just above its fourth
-//     value; the warp appends the keys at or above its running bound (the largest bound any group
-//     of the chunk has reached so far) to the chunk's candidates, so every token left out lies
-//     below the bound the chunk reports. A row's kept set
-//     escapes the candidates only when four of its tokens share a group: about 2e-6 of rows for
-//     top-k 50 on i.i.d. logits. Temperature divides every x by the same T > 0, which keeps their
-//     order, so the screen works on x and stage 2 divides only the keys it keeps. Once the warp has
-//     a bound, a group whose lanes each hold at most three tokens at or above it takes just those
-//     (screen_by_bound; for 16-bit rows without rules or sums on the packed pairs, without
-//     decoding: screen_packed_by_bound); top-k rows raise the bound between steps to what k of the
-//     chunk's lane maxima reach (raise_by_top_k);
+//   - truncated random rows: each lane's three largest keys of the group, and a bound for the
+//     warp's group of 1024 ids at the r-th largest of those keys (r from screen_rank); the warp
+//     appends the tokens at or above its running bound (the largest bound any group of the chunk
+//     has reached so far) to the chunk's candidates, all of them, so every token left out lies
+//     below the bound the chunk reports. A row's kept set escapes the candidates only when r of
+//     its tokens share a warp's group: about 5e-13 of rows for top-k 50 on i.i.d. logits at
+//     r = 12. Temperature divides every x by the same T > 0, which keeps their order, so the
+//     screen works on x and stage 2 divides only the keys it keeps. Once the warp has a bound, a
+//     group whose lanes each hold at most three tokens at or above it takes just those (for
+//     16-bit rows without rules or sums on the packed pairs, without decoding:
+//     screen_packed_by_bound); a sparse group (few valid tokens in few lanes: a grammar's mask)
+//     lists them all and leaves the bound; top-k rows raise the bound between steps to what k of
+//     the chunk's lane maxima reach (raise_by_top_k);
 //   - untruncated random rows: the Gumbel-max winner (fast fp32 noise, SPEC.md section 4);
 //   - the largest key, the valid count, NaN, and sums of exp where the row needs them.
 // Then the block writes the chunk's TileStat; the last chunk of a row to finish runs stage 2.
@@ -24,6 +26,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstddef>
 #include <cstring>
 #include <type_traits>
 
@@ -109,6 +112,7 @@ struct Stage1Shared {
   WarpSummary warp[kFastWarps];
   int32_t count;      // candidates appended by the chunk
   uint32_t bound_hi;  // the largest warp bound so far (high word), which every warp may use
+  int32_t rank;       // truncated rows: the rank of the warps' bounds (screen_rank; read by chunk_rank)
   uint32_t lane_max[kFastThreads];  // top-k rows: each lane's largest key so far (high word; 0: none)
   StepIssue issue[kFastWarps];
 };
@@ -340,51 +344,81 @@ __device__ __forceinline__ void take_chunk_bound(const ScreenContext& c, LaneScr
   acc.bound_hi = max(acc.bound_hi, __shfl_sync(0xFFFFFFFFu, shared_bound, 0));
 }
 
-// A truncated group screened by the warp's running bound (bound_hi != 0): every token at or above
-// it is a candidate. When no lane holds four or more of them, each lane's fourth value lies below
-// the bound already, so the bound stays valid and those tokens are exactly the lane's largest keys
-// at or above it: two operations a token find them, one shared atomic places the warp's, and each
-// lane writes its own, reading their values back from the slot (x differs from the input logit
-// only in special registers, which a rare branch picks from x). Returns false, having done nothing,
-// when some lane holds four or more: the rank screen must raise the bound.
-template <DType D, int Loads>
-__device__ __forceinline__ bool screen_by_bound(const ScreenContext& c, const StepSlot<D, Loads>& slot, int g,
-                                                const float (&x)[kGroupTokens], uint32_t special, int32_t base,
-                                                LaneScreen& acc) {
-  const int lane = threadIdx.x & 31;
-  const float bv = detail::order_bits_to_float(acc.bound_hi);  // key >= bound <=> x >= bv (NaN: never)
+// The lane's tokens at or above the warp's bound (bit i: register i), found by one compare a token
+// on x (key >= bound <=> x >= the bound's value; NaN: never). bound_hi != 0.
+__device__ __forceinline__ uint32_t hits_at(const float (&x)[kGroupTokens], uint32_t bound_hi) {
+  const float bv = detail::order_bits_to_float(bound_hi);
   uint32_t hit = 0;
 #pragma unroll
   for (int i = 0; i < kGroupTokens; ++i) hit |= (x[i] >= bv ? 1u : 0u) << i;
+  return hit;
+}
+// Whether a group is sparse (group_valid: the lane's valid tokens): it holds at most
+// kGroupCandidates valid tokens, which fit its room in the chunk's list, and its lanes would keep
+// fewer than kSparseKept values (at most three a lane). That is a grammar's mask: few valid
+// tokens, often runs of neighbouring ids in a few lanes, which a row may need all of, where the
+// rank screen would leave a crowded lane's fourth id out (or, keeping fewer than its rank, bound
+// the group above the lanes' fourth values) and send such a row to the exact path. A mask that
+// spreads its valid tokens over most lanes is left to the rank screen: listing every group of at
+// most 96 sent 9 of 40 rows of a random 8 % mask with top-k 50 to the exact path at V = 32000,
+// against 0 (bench/screen_model.cpp, where rows with runs of 4-40 allowed ids escape 0 of 40 times
+// at V = 151936 with this rule and 39 on main).
+constexpr int kSparseKept = 36;
+__device__ __forceinline__ bool sparse_group(int group_valid) {
+  const int both = warp_sum((group_valid << 16) | min(group_valid, 3));  // 32 lanes: no carry
+  return (both >> 16) <= kGroupCandidates && (both & 0xFFFF) < kSparseKept;
+}
+// The lane's valid tokens (above -inf; NaN: never).
+__device__ __forceinline__ uint32_t valid_hits(const float (&x)[kGroupTokens]) {
+  uint32_t hit = 0;
+#pragma unroll
+  for (int i = 0; i < kGroupTokens; ++i) hit |= (x[i] > -INFINITY ? 1u : 0u) << i;
+  return hit;
+}
+
+// Appends each lane's tokens `hit` of group g to the chunk's candidates, their values read back
+// from the slot (x differs from the input logit only in special registers, which a rare branch
+// picks from x). Groups whose lanes hold at most three hits each (the common case: the group
+// screened by the running bound) are placed by two ballots, others (a lane crowded by a run of
+// neighbouring ids) by a warp scan. One copy of this code serves both (perf-notes v3.29: a
+// separate, rarely run listing cost 10-25 us an event at B = 512).
+template <DType D, int Loads>
+__device__ __forceinline__ void list_hits(const ScreenContext& c, const StepSlot<D, Loads>& slot, int g,
+                                          const float (&x)[kGroupTokens], uint32_t special, int32_t base,
+                                          uint32_t hit, LaneScreen& acc) {
+  const int lane = threadIdx.x & 31;
   const int n = __popc(hit);
-  if (__any_sync(0xFFFFFFFFu, n > 3)) return false;
-  int at;
-  if (place_hits(c, n, at)) {
-    auto write_hits = [&](auto value_of) {
-      while (hit) {
-        const int i = __ffs(hit) - 1;
-        hit &= hit - 1;
-        const unsigned long long key = detail::pack_key(value_of(i), StepLayout<D>::token(base, lane, i));
-        acc.max_key = max(acc.max_key, key);
-        c.list[at++] = key;
-      }
-    };
-    // In fp32 the slot holds the rules' values (apply_rules); in 16-bit slots a special token's x is
-    // not the input (rare).
-    if (D != DType::kF32 && __any_sync(0xFFFFFFFFu, (hit & special) != 0))
-      write_hits([&](int i) { return (special >> i) & 1u ? pick_register(x, i) : slot_value<D>(slot, g, i); });
-    else
-      write_hits([&](int i) { return slot_value<D>(slot, g, i); });
+  int at = 0;
+  if (__any_sync(0xFFFFFFFFu, n > 3)) {
+    const int incl = warp_inclusive_sum(n);
+    if (lane == 31) at = atomicAdd(c.count, incl);
+    at = __shfl_sync(0xFFFFFFFFu, at, 31) + incl - n;
+  } else if (!place_hits(c, n, at)) {
+    return;
   }
-  take_chunk_bound(c, acc);
-  return true;
+  auto write_hits = [&](auto value_of) {
+    while (hit) {
+      const int i = __ffs(hit) - 1;
+      hit &= hit - 1;
+      const unsigned long long key = detail::pack_key(value_of(i), StepLayout<D>::token(base, lane, i));
+      acc.max_key = max(acc.max_key, key);
+      c.list[at++] = key;
+    }
+  };
+  // In fp32 the slot holds the rules' values (apply_rules); in 16-bit slots a special token's x is
+  // not the input (rare).
+  if (D != DType::kF32 && __any_sync(0xFFFFFFFFu, (hit & special) != 0))
+    write_hits([&](int i) { return (special >> i) & 1u ? pick_register(x, i) : slot_value<D>(slot, g, i); });
+  else
+    write_hits([&](int i) { return slot_value<D>(slot, g, i); });
 }
 
 // The by-bound screen of a 16-bit group of a row without rules or sums, on the packed pairs as they
-// sit in the slot (two tokens a compare, no decoding): the same candidates as screen_by_bound, and
-// the group counts 32 valid tokens a lane. Since every logit is a 16-bit value, x >= bv holds
-// exactly when x >= bv rounded up to the format. Returns false, having done nothing, when some lane
-// holds -inf or NaN or four tokens at or above the bound: the full screen takes the group then.
+// sit in the slot (two tokens a compare, no decoding): the same candidates as screen_group's
+// by-bound screen, and the group counts 32 valid tokens a lane. Since every logit is a 16-bit
+// value, x >= bv holds exactly when x >= bv rounded up to the format. Returns false, having done
+// nothing, when some lane holds -inf or NaN or four tokens at or above the bound: the full screen
+// takes the group then.
 template <DType D, int Loads>
 __device__ __forceinline__ bool screen_packed_by_bound(const ScreenContext& c, const StepSlot<D, Loads>& slot, int g,
                                                        int32_t base, LaneScreen& acc) {
@@ -487,6 +521,74 @@ __device__ __forceinline__ void raise_by_top_k(const ScreenContext& c, int32_t t
   }
 }
 
+// The rank of the warps' bounds in top-k rows and in other truncated rows (screen_rank). At rank r
+// the r-th largest of the lanes' kept keys bounds the group, so about r candidates a group remain
+// (the bound above every lane's fourth value, this screen's before, listed 2.6 times more at
+// V = 151936 and B = 1: bench/screen_model.cpp), and a row's needed tokens escape only when r of
+// them share a warp's group of 1024 ids. Top-k rows need their top k (decide_kept; k <= 128): at
+// r = 12 about 5e-13 of rows for top-k 50 and 2e-8 for 128 on i.i.d. logits at V = 151936
+// (Poisson; 2e-8 and 5e-5 at r = 9), and a run of ten neighbouring ids on top of the row (digits,
+// say) stays on the fast path, where r = 9 let 17 of 40 such rows escape at V = 128256 (perf-notes
+// v3.30). Other truncated rows need their nucleus, unbounded: 16 keeps a nucleus of up to about
+// 500 tokens on the fast path.
+constexpr int kTopKRank = 12;
+constexpr int kRowRank = 16;
+static_assert(kTopKRank <= kGroupCandidates && kRowRank <= kGroupCandidates, "a rank among the lanes' kept keys");
+
+// The Rank-th largest of the warp's kept values (a >= b >= c a lane: their keys' high words, 0 for
+// none), by popping the warp's largest Rank times; 0 when the warp keeps fewer.
+template <int Rank>
+__device__ __forceinline__ uint32_t warp_rank_value(uint32_t a, uint32_t b, uint32_t c) {
+  const int lane = threadIdx.x & 31;
+  uint32_t m = 0;
+#pragma unroll 1
+  for (int i = 0; i < Rank; ++i) {
+    m = __reduce_max_sync(0xFFFFFFFFu, a);
+    if (lane == __ffs(__ballot_sync(0xFFFFFFFFu, a == m)) - 1) {
+      a = b;
+      b = c;
+      c = 0;
+    }
+  }
+  return m;
+}
+// The smallest key above every lane's fourth value (v4: the lane's): no lane holds four at or above it.
+__device__ __forceinline__ uint32_t above_fourth_values(float v4) {
+  return warp_max(v4 > -INFINITY ? detail::order_bits(v4) + 1u : 0u);
+}
+// The warp's bound at rank `rank` (warp-uniform: 0, kTopKRank or kRowRank; 0: above every lane's
+// fourth value). Compile-time ranks: a loop count held in a register spilled at B = 128. A warp that
+// keeps fewer than `rank` values (more than kGroupCandidates valid tokens in a few lanes) takes the
+// bound above the fourth values too: at 0 a lane with four valid tokens would be crowded while
+// hits_at finds nothing at 0, whose value is a NaN (v2's wrB and wrH forms dropped valid tokens so).
+__device__ __forceinline__ uint32_t warp_bound(int rank, float v1, float v2, float v3, float v4) {
+  auto hi = [](float v) { return v > -INFINITY ? detail::order_bits(v) : 0u; };
+  uint32_t bound = 0;
+  if (rank == kTopKRank) bound = warp_rank_value<kTopKRank>(hi(v1), hi(v2), hi(v3));
+  else if (rank == kRowRank) bound = warp_rank_value<kRowRank>(hi(v1), hi(v2), hi(v3));
+  return bound != 0 ? bound : above_fourth_values(v4);
+}
+// A row's rank. Its needed tokens fall at about need * 1024 / V a warp's group (i.i.d.). Top-k rows
+// need k, counted here with stage 2's slack as a margin, k + kTopKSlack: kTopKRank where that mean
+// is at most 0.75 (the rank then escapes less often than four tokens in a lane's 32 ids, the
+// criterion of the fourth values), kRowRank up to a mean of 4, and rank 0 above that (small
+// vocabularies: V = 32000 with top-k 100 escaped 37 rows of 100 at rank 9, v3.29). Other truncated
+// rows need their nucleus, unknown here: kRowRank from 32 groups on.
+__device__ __forceinline__ int screen_rank(int32_t top_k, uint32_t V) {
+  if (top_k > 0) {
+    const uint32_t spread = static_cast<uint32_t>(top_k + kTopKSlack) * 1024u;  // top_k <= kFastThreads
+    if (spread + spread / 3u <= V) return kTopKRank;
+    return spread / 4u <= V ? kRowRank : 0;
+  }
+  return V >= 32u * 1024u ? kRowRank : 0;
+}
+// The chunk's rank, from shared memory beside the bound (held in a register across the step loop it
+// spilled at B = 128).
+__device__ __forceinline__ int chunk_rank(const ScreenContext& c) {
+  static_assert(offsetof(Stage1Shared, rank) == offsetof(Stage1Shared, bound_hi) + sizeof(uint32_t), "rank follows bound_hi");
+  return reinterpret_cast<const int32_t*>(c.bound_hi)[1];
+}
+
 // Screens group g of a step (its slot in shared memory, where apply_rules leaves the rules' values
 // of an fp32 group's special tokens): the rules, then what the row kind needs, into the lane's state.
 template <DType D, int Loads>
@@ -525,26 +627,38 @@ __device__ __forceinline__ void screen_group(const ScreenContext& c, StepSlot<D,
   int valid_if_clean = kGroupTokens;
   if (pro.has_rules)
     special = apply_rules<D>(c, slot, g, base, acc.bound_hi, special_tokens, x, valid_if_clean);
-  if (clean) {  // the rules' count, without a pass over the registers
-    acc.valid += valid_if_clean;
-  } else {
-    int valid = 0;
+  int group_valid = valid_if_clean;  // the rules' count, without a pass over the registers
+  if (!clean) {
+    group_valid = 0;
 #pragma unroll
-    for (int i = 0; i < kGroupTokens; ++i) valid += x[i] > -INFINITY;
-    acc.valid += valid;
+    for (int i = 0; i < kGroupTokens; ++i) group_valid += x[i] > -INFINITY;
   }
+  acc.valid += group_valid;
 
-  // The group's largest value. Truncated rows: by the running bound when it settles the group;
-  // otherwise by rank, the group's second and third values too and a bound above its fourth: the
-  // lane keeps three candidates, and everything else of the group lies below.
+  // The group's largest value. Truncated rows: by the running bound when it settles the group, all
+  // valid tokens when the group holds few; otherwise by rank: each lane's three largest values and
+  // its fourth, from which the warp's bound follows (warp_bound), and everything else of the group
+  // lies below that bound.
   float v1 = -INFINITY, v2 = -INFINITY, v3 = -INFINITY, v4 = -INFINITY;
   int i1 = 0, i2 = 0, i3 = 0;
-  // Screened by the running bound (v1 is then only the group's maximum, for the sums).
-  const bool by_bound = k.truncated && acc.bound_hi != 0 && screen_by_bound<D>(c, slot, g, x, special, base, acc);
-  if (by_bound && k.need_sum)
+  // Screened by the running bound when no lane holds four or more tokens at or above it: each
+  // lane's fourth value lies below the bound already, so the bound stays valid and the hits are
+  // exactly the lane's largest keys at or above it (v1 is then only the group's maximum, for the
+  // sums). Otherwise the rank screen sets the bound.
+  uint32_t hit = k.truncated && acc.bound_hi != 0 ? hits_at(x, acc.bound_hi) : 0u;
+  const bool by_bound = k.truncated && acc.bound_hi != 0 && !__any_sync(0xFFFFFFFFu, __popc(hit) > 3);
+  // Otherwise, in rows with a rank, a sparse group lists every valid token and leaves the bound as
+  // it is (sparse_group).
+  bool sparse = false;
+  if (k.truncated && !by_bound && chunk_rank(c) != 0 && sparse_group(group_valid)) {
+    hit = valid_hits(x);
+    sparse = warp_sum(__popc(hit)) <= kGroupCandidates;  // the hits decide: the listing must fit
+  }
+  bool list_all = by_bound || sparse;  // the group's candidates are its hits (listed below)
+  if (list_all && k.need_sum)
 #pragma unroll
     for (int i = 0; i < kGroupTokens; ++i) v1 = fmaxf(v1, x[i]);
-  if (by_bound) {
+  if (list_all) {
     // done: candidates, largest key and bound
   } else if (k.truncated) {
     // Registers come in increasing token order, so strict comparisons keep the lower id on ties.
@@ -581,26 +695,43 @@ __device__ __forceinline__ void screen_group(const ScreenContext& c, StepSlot<D,
         i1 = i;
       }
   }
-  if (!by_bound) {
+  if (!list_all) {
     const unsigned long long k1 = v1 > -INFINITY ? detail::pack_key(v1, token(i1)) : 0ull;
     if (k1 > acc.max_key) {
       acc.max_key = k1;
       acc.max_x = v1;
     }
     if (k.truncated) {
-      // The smallest key whose value exceeds v4 (the fourth value and any tie of it lie below).
-      const uint32_t lane_bound = v4 > -INFINITY ? detail::order_bits(v4) + 1u : 0u;
-      // A bound above the warp's own is valid too (the chunk reports the largest it used) and keeps
-      // fewer candidates: take the largest any warp of the chunk has reached.
-      const uint32_t own = max(acc.bound_hi, warp_max(lane_bound));
+      // The warp's bound at the chunk's rank. A bound above the warp's own is valid too (the chunk
+      // reports the largest it used) and keeps fewer candidates: take the largest any warp of the
+      // chunk has reached.
+      const uint32_t own = max(acc.bound_hi, warp_bound(chunk_rank(c), v1, v2, v3, v4));
       uint32_t shared_bound = 0;
       if (lane == 0)
         shared_bound = own > acc.bound_hi ? atomicMax(c.bound_hi, own) : *static_cast<volatile uint32_t*>(c.bound_hi);
       acc.bound_hi = max(own, __shfl_sync(0xFFFFFFFFu, shared_bound, 0));
-      const unsigned long long k2 = v2 > -INFINITY ? detail::pack_key(v2, token(i2)) : 0ull;
-      const unsigned long long k3 = v3 > -INFINITY ? detail::pack_key(v3, token(i3)) : 0ull;
-      append_candidates(c, acc.bound_hi, k1, k2, k3);
+      // A lane whose fourth value reaches the bound holds more tokens at or above it than its three
+      // keys: the group lists all its hits when they fit its room in the chunk's list, and
+      // otherwise the bound rises above every lane's fourth value.
+      if (__any_sync(0xFFFFFFFFu, v4 > -INFINITY && detail::order_bits(v4) >= acc.bound_hi)) {
+        hit = hits_at(x, acc.bound_hi);
+        if (warp_sum(__popc(hit)) <= kGroupCandidates) {
+          list_all = true;
+        } else {
+          acc.bound_hi = max(acc.bound_hi, above_fourth_values(v4));
+          if (lane == 0) atomicMax(c.bound_hi, acc.bound_hi);
+        }
+      }
+      if (!list_all) {
+        const unsigned long long k2 = v2 > -INFINITY ? detail::pack_key(v2, token(i2)) : 0ull;
+        const unsigned long long k3 = v3 > -INFINITY ? detail::pack_key(v3, token(i3)) : 0ull;
+        append_candidates(c, acc.bound_hi, k1, k2, k3);
+      }
     }
+  }
+  if (list_all) {
+    list_hits<D>(c, slot, g, x, special, base, hit, acc);
+    if (by_bound) take_chunk_bound(c, acc);
   }
 
   if (k.need_sum && acc.sum.rebase(v1, k.inv_t)) acc.sum.add_group(x, k.inv_t);
@@ -720,6 +851,7 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
   if (threadIdx.x == 0) {
     sh.count = 0;
     sh.bound_hi = 0;
+    sh.rank = screen_rank(k.top_k, static_cast<uint32_t>(V));
   }
   sh.lane_max[threadIdx.x] = 0;
   // The first steps' logits are in flight; their bitmap words follow now that the request is known

@@ -19,7 +19,6 @@ constexpr int kScanItems = (kGatherCap + Threads - 1) / Threads;  // prefix keys
 // warp add Threads / 32 values a lane one after another, a longer chain in a 512-thread block.
 template <int Threads>
 using PrefixScan = cub::BlockScan<double, Threads, cub::BLOCK_SCAN_WARP_SCANS>;
-constexpr int32_t kTopKSlack = 16;   // top-k rows sort about k + kTopKSlack keys (rounding margin)
 constexpr int32_t kShortPrefixCheck = 256;  // prefixes longer than this are checked for mass first
 
 // Stage 2's shared memory for a block of Threads threads.
