@@ -140,7 +140,7 @@ std::vector<std::string> split(const std::string& s) {
 // tokens, a logit bias of 20 tokens; a grammar bitmask (random half of the vocabulary) on a quarter.
 // The topp cases time the exact path: top-p 0.9 alone on flat logits keeps most of the vocabulary.
 // The topp-sharp cases take T 0.7: a peaked row's nucleus is then a few hundred keys, far fewer
-// than stage 1 leaves at its bound (docs/experiments/topp-mass-cut.patch).
+// than stage 1 leaves at its bound, which stage 2 cuts by mass (gather_prefix).
 // The hetero-kindK cases give every row the heterogeneous batch's kind K (its rules too), to tell
 // which kind costs what. The grammar cases take the homogeneous parameters under grammar_mask_row.
 sonic::RequestParams row_params(const Case& c, int r, int32_t V, std::mt19937_64& rng, std::vector<int32_t>* prompt) {

@@ -25,11 +25,53 @@ struct SampleNoise {
 template <int Threads>
 constexpr bool kEarlyNoise = Threads > kFastThreads;
 
+// Warp 0 (the whole block calls it): the first of Threads bins whose cumulative sum from bin 0
+// reaches target, b, gives *tau = mx - (b + 1 + extra) / scale, at least xb; with no such bin,
+// *tau = xb. (A lane's total reaches the target where its bins' running sum, rounded otherwise,
+// may not: its last bin is the default.)
+template <int Threads, class V>
+__device__ __forceinline__ void tau_at_bin(const V* bins, V target, int extra, float mx, float xb, float scale,
+                                           float* tau) {
+  const int lane = threadIdx.x;
+  if (lane >= 32) return;
+  constexpr int kPer = Threads / 32;
+  V c[kPer], own = 0;
+#pragma unroll
+  for (int q = 0; q < kPer; ++q) own += (c[q] = bins[lane * kPer + q]);
+  const V incl = warp_inclusive_sum(own);
+  const unsigned reach = __ballot_sync(0xFFFFFFFFu, incl >= target);
+  if (!reach) {
+    if (lane == 0) *tau = xb;
+  } else if (lane == __ffs(reach) - 1) {
+    V cum = incl - own;
+    int b = lane * kPer + kPer - 1;
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) {
+      cum += c[q];
+      if (cum >= target) {
+        b = lane * kPer + q;
+        break;
+      }
+    }
+    *tau = fmaxf(mx - static_cast<float>(b + 1 + extra) / scale, xb);
+  }
+}
+
+// Whether the histogram's bins, (mx - xb) / threads wide, span several float steps of mx. Narrower
+// ones round tau onto or above tokens of the bin it names, which then leave the prefix (even the
+// maximum): the row went to the exact path where the bound alone would have settled it.
+__device__ __forceinline__ bool bins_resolve(float mx, float xb, int threads) {
+  return mx - xb > static_cast<float>(threads) * 4.0f * 1.1920929e-7f * fabsf(mx);
+}
+
 // Gathers the row's sorted prefix into sh.sorted[0, sh.n) as z keys (z = x / T) and returns zl: every
 // token outside the prefix has z <= zl < every z inside. Every token outside the candidate list lies
 // below the row bound's value xb, so any tau >= xb gives a true prefix: the listed tokens with
 // z > z(tau). With want > 0, tau rises so that about want + kTopKSlack keys remain (a histogram of
-// the candidates' distances below the maximum mx); tokens below `cut` are left out as well. sh.n
+// the candidates' distances below the maximum mx); with need_mass > 0 (top-p alone) and many
+// candidates, so that the keys left hold need_mass, by the same histogram weighted by each key's
+// mass (then decide_kept, exact in double, finds the crossing in the prefix or leaves the row to
+// the exact path); tokens below `cut` are left out as well. sh.n
 // above kGatherCap means the prefix did not fit or, with need_mass > 0 (the least mass of the prefix,
 // in units of exp(z - z(mx)), that can hold the kept set), that a long prefix that is not the whole
 // row falls short of it: nothing is sorted then. The candidates at or above the bound are read from
@@ -71,45 +113,30 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
   };
   const float xb = bound ? detail::key_value(bound) : -INFINITY;
   float tau = xb;
-  if (want > 0 && bound && n_bound > want + kTopKSlack + 64 && mx < INFINITY && mx - xb > 0.0f) {
-    sh.hist[tid] = 0;
+  // Top-k rows keep about want + kTopKSlack keys. Top-p-alone rows with many candidates keep the
+  // mass need_mass, 0.1 % more and one bin more for the float sums and the bins' edges: the screen's
+  // bound leaves about 1100 at V = 151936, past kGatherCap, so such rows took the exact path where
+  // their nucleus fits (bench/screen_model.cpp: peaked rows at T 0.7, top-p 0.9, nucleus 223 keys
+  // on average, escape 36 of 40 times on main and none with this cut).
+  const bool by_count = want > 0 && n_bound > want + kTopKSlack + 64;
+  const bool by_mass = !by_count && need_mass > 0.0 && n_bound > kMassCutMin;
+  if ((by_count || by_mass) && bound && mx < INFINITY && bins_resolve(mx, xb, Threads)) {
+    if (by_mass) sh.bins.mass[tid] = 0.0f;
+    else sh.bins.count[tid] = 0;
     __syncthreads();
     const float scale = static_cast<float>(Threads) / (mx - xb);
+    const float to_base2 = 1.4426950408889634f / T;
     for_each_candidate([&](unsigned long long key, bool listed) {
       if (!listed) return;
-      const float d = (mx - detail::key_value(key)) * scale;
-      atomicAdd(&sh.hist[min(Threads - 1, static_cast<int>(d))], 1);
+      const float x = detail::key_value(key);
+      const int b = min(Threads - 1, static_cast<int>((mx - x) * scale));
+      if (by_mass) atomicAdd(&sh.bins.mass[b], exp2f((x - mx) * to_base2));
+      else atomicAdd(&sh.bins.count[b], 1);
     });
     timeline_warp_arrive(kMarkThreshold);
     __syncthreads();
-    if (tid < 32) {  // the first bin b whose cumulative count reaches want + kTopKSlack
-      constexpr int kPer = Threads / 32;
-      int c[kPer], own = 0;
-#pragma unroll
-      for (int q = 0; q < kPer; ++q) own += (c[q] = sh.hist[tid * kPer + q]);
-      const int incl = warp_inclusive_sum(own);
-      const int target = want + kTopKSlack;
-      const unsigned reach = __ballot_sync(0xFFFFFFFFu, incl >= target);
-      float t = xb;
-      if (reach) {
-        const int l = __ffs(reach) - 1;
-        if (tid == l) {
-          int cum = incl - own, b = tid * kPer;
-#pragma unroll
-          for (int q = 0; q < kPer; ++q) {
-            cum += c[q];
-            if (cum >= target) {
-              b = tid * kPer + q;
-              break;
-            }
-          }
-          t = mx - static_cast<float>(b + 1) / scale;
-          sh.tau = fmaxf(t, xb);
-        }
-      } else if (tid == 0) {
-        sh.tau = xb;
-      }
-    }
+    if (by_mass) tau_at_bin<Threads>(sh.bins.mass, static_cast<float>(need_mass) * 1.001f, 1, mx, xb, scale, &sh.tau);
+    else tau_at_bin<Threads>(sh.bins.count, want + kTopKSlack, 0, mx, xb, scale, &sh.tau);
     timeline_stamp(kValueBinFound);
     __syncthreads();
     tau = sh.tau;

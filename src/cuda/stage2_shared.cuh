@@ -20,6 +20,7 @@ constexpr int kScanItems = (kGatherCap + Threads - 1) / Threads;  // prefix keys
 template <int Threads>
 using PrefixScan = cub::BlockScan<double, Threads, cub::BLOCK_SCAN_WARP_SCANS>;
 constexpr int32_t kShortPrefixCheck = 256;  // prefixes longer than this are checked for mass first
+constexpr int32_t kMassCutMin = 256;  // top-p-alone rows with more candidates at the bound cut them by mass
 
 // Stage 2's shared memory for a block of Threads threads.
 template <int Threads>
@@ -61,7 +62,10 @@ struct Stage2Shared {
   int32_t kept;
   int32_t draft_at;  // verification: index of the row's draft token in `sorted` (-1: not kept)
   double kept_sum;
-  int32_t hist[Threads];
+  union {  // gather_prefix's histogram of the candidates below the row's maximum
+    int32_t count[Threads];  // top-k rows: keys a bin
+    float mass[Threads];     // top-p-alone rows: their exp(z - z_max) a bin
+  } bins;
   float tau;
   double staged_sum;  // the staged prefix's mass (gather_prefix's short-prefix check)
 };

@@ -41,11 +41,12 @@ __device__ __forceinline__ unsigned long long warp_max(unsigned long long v) {
 }
 
 // Inclusive prefix sum over the lanes (lane l gets the sum of lanes 0..l).
-__device__ __forceinline__ int warp_inclusive_sum(int v) {
+template <class T>
+__device__ __forceinline__ T warp_inclusive_sum(T v) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
-    const int u = __shfl_up_sync(0xFFFFFFFFu, v, o);
+    const T u = __shfl_up_sync(0xFFFFFFFFu, v, o);
     if (lane >= o) v += u;
   }
   return v;
