@@ -842,7 +842,10 @@ TEST(CudaGrammarMasks, SmallVocabulary) { grammar_masks_agree(3001); }
 // top-k raise of the chunk's bound must not end below every finite key: from 1 it did, on a bound
 // whose value is a NaN, under which the by-bound screen listed nothing of later steps while the
 // chunk reported it (perf-notes v3.31). The raise runs between steps, so chunks of several steps
-// are forced too.
+// are forced too. It starts from the chunk's bound, which a lane holding four finite values of a
+// group already sets above the lowest value; so every third row is -inf around a sparse scatter
+// of lowest values (every 37th id: at most three in a lane's group, whose bound stays 0) and the
+// allowed tokens, with top-k 1-32 (fewer than the lanes holding a lowest value).
 void engine_masks_agree(int32_t V, const char* tiles_per_chunk) {
   for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16}) {
     SCOPED_TRACE("V = " + std::to_string(V) + ", dtype " + std::to_string(static_cast<int>(dtype)) +
@@ -860,12 +863,16 @@ void engine_masks_agree(int32_t V, const char* tiles_per_chunk) {
       }
       for (int32_t k = static_cast<int32_t>(rng() % 6); k > 0; --k) allowed[rng() % V] = 1;
       const float masked = dtype == sonic::DType::kF32 && r % 2 == 1 ? -1e30f : lowest;
+      const bool sparse = r % 3 == 2;
       float* row = b.logits.data() + static_cast<size_t>(r) * b.cols;
       for (int32_t t = 0; t < V; ++t)
-        if (!allowed[t]) row[t] = masked;
+        if (!allowed[t]) row[t] = !sparse ? masked : t % 37 == 0 ? lowest : -INFINITY;
       sonic::RequestParams& p = b.params[r];
       p.allowed_tokens.clear();
-      if (r % 4 != 3) {  // truncated random rows with a top-k; the fourth keeps random_params' choice
+      if (sparse) {
+        p.temperature = 0.5f + 0.8f * u(rng);
+        p.top_k = 1 + static_cast<int32_t>(rng() % 32);
+      } else if (r % 4 != 3) {  // truncated random rows with a top-k; the fourth keeps random_params' choice
         p.temperature = 0.5f + 0.8f * u(rng);
         p.top_k = 1 + static_cast<int32_t>(rng() % 128);
       }
