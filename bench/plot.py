@@ -31,6 +31,8 @@ def main():
     commit = a.commit or rows[-1]["commit"]
     rows = [r for r in rows if r["commit"] == commit and r["suite"] == "sample" and r["mode"] == "graph"
             and r["V"] == a.V and r["dtype"] == a.dtype]
+    gpus = sorted({r.get("gpu", "") for r in rows})
+    on_h200 = any("H200" in g for g in gpus)
     cases = ["homog-peaked", "homog-flat", "hetero-peaked", "hetero-flat"]
     fig, axes = plt.subplots(1, 4, figsize=(20, 5), sharey=True)
     for ax, case in zip(axes, cases):
@@ -39,14 +41,16 @@ def main():
             pts = sorted((r["B"], r["us"]) for r in rows if r["case"] == case and r["impl"] == impl)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=impl)
         measured_fi = any(i.startswith("flashinfer") for i in impls)
-        for label, ys in ANCHOR_FLASHINFER.get(case, {}).items():
+        # ANCHORS.md measured on an H200: drawn beside an H200 run only.
+        anchors = ANCHOR_FLASHINFER.get(case, {}) if on_h200 else {}
+        for label, ys in anchors.items():
             # The radix top-50 route (FlashInfer's fastest) is not among the measured ones: its
             # anchor stays drawn beside them.
             if measured_fi and "best" not in label:
                 continue
             ax.plot(ANCHOR_B, ys, linestyle=":", marker="x", label=label)
         ax.plot(ANCHOR_B, TARGET, linestyle="--", color="k",
-                label="target (ANCHORS.md: heterogeneous batches)")
+                label="target (ANCHORS.md: heterogeneous batches, H200)")
         floor = sorted({(r["B"], r["floor_us"]) for r in rows if r["case"] == case})
         if floor:
             ax.plot([p[0] for p in floor], [p[1] for p in floor], color="gray", label="one-read floor")
@@ -57,7 +61,7 @@ def main():
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("µs per call")
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"sonic vs baselines, commit {commit}")
+    fig.suptitle(f"sonic vs baselines, commit {commit} ({', '.join(gpus)})")
     fig.tight_layout()
     fig.savefig(a.png, dpi=110)
     print(f"plot: {a.png} ({len(rows)} points, commit {commit})")
