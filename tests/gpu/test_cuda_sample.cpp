@@ -307,8 +307,9 @@ std::vector<int32_t> scattered_slots(int32_t R) {
 }
 
 // Samples `steps` calls of batch b on both backends and compares them; the emitted tokens feed the
-// next call's penalties. row_pad: see run.
-AgreementCount agreement_on(const Batch& b, int steps, int64_t row_pad = 0) {
+// next call's penalties. row_pad: see run. flagged: if given, gets the rows each call flagged for the
+// exact path.
+AgreementCount agreement_on(const Batch& b, int steps, int64_t row_pad = 0, std::vector<uint64_t>* flagged = nullptr) {
   const int32_t R = b.rows;
   sonic::Sampler cpu(make_config(sonic::Backend::kCpu, b.V, R));
   sonic::Sampler gpu(make_config(sonic::Backend::kCuda, b.V, R));
@@ -329,7 +330,9 @@ AgreementCount agreement_on(const Batch& b, int steps, int64_t row_pad = 0) {
     const Outputs what = asked[step * 3 / steps];
     for (int32_t r = 0; r < R; ++r) states[r].step = cpu.step(slots[r]);
     const HostOutputs hc = run(cpu, b, slots, modes[step % 3], no_append, what, row_pad);
+    const uint64_t flagged_before = flagged ? gpu.exact_path_rows() : 0;
     const HostOutputs hg = run(gpu, b, slots, modes[step % 3], no_append, what, row_pad);
+    if (flagged) flagged->push_back(gpu.exact_path_rows() - flagged_before);
     near_ties += compare(b, hc, hg, "step", what, states);
     for (int32_t r = 0; r < R; ++r)
       if (hc.tokens[r] >= 0) {
