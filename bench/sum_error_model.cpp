@@ -1,0 +1,234 @@
+// A host model of the fast path's total mass (stage 1's ExpSum, the block's combine, stage 2's
+// merge of the chunks into sum_all) against the CPU reference's total, for one row, to test
+// decide_kept's top-p margin (src/cuda/stage2_row.cuh) on adversarial rows (perf-notes v3.32). The
+// fp32 operations follow the device code in order; ex2.approx is modelled as correctly rounded or
+// off by 2^-22 either way. Built with -ffp-contract=off (contractions only where written as fma).
+//   sonic_sum_error_model [V] [C]   sweeps the "sea" row: one token at x = 0, the other V - 1 at
+//                                   -d (T 1), d from 14 to 19, each term about half an ulp of the
+//                                   running sum: prints the worst |ref / sum_all - 1| over the
+//                                   margin with |zm| + C (default 32) and with |zm| + 62, with the
+//                                   whole row one chunk (large B) and one tile a chunk (B = 1).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+
+// ex2.approx model: mode 0 = correctly rounded 2^v; mode +1/-1 = 2^v * (1 +- 2^-22), rounded toward
+// the exact value so the float result stays within 2^-22 relative; integer inputs are exact.
+int g_ex2_mode = 0;
+double g_ex2_rel = 0x1p-22;
+
+inline float ex2_approx(float v, bool ftz) {
+  if (std::isnan(v)) return v;
+  if (v == -INFINITY) return 0.0f;
+  const double ex = std::exp2(static_cast<double>(v));
+  float r;
+  if (g_ex2_mode == 0 || v == std::floor(v)) {
+    r = static_cast<float>(ex);
+  } else {
+    const double y = ex * (1.0 + g_ex2_mode * g_ex2_rel);
+    r = static_cast<float>(y);
+    // keep |r - ex| <= rel * ex (step toward ex if rounding went past the bound)
+    if (std::fabs(static_cast<double>(r) - ex) > g_ex2_rel * ex) r = std::nextafter(r, static_cast<float>(ex));
+  }
+  if (ftz && r < 0x1p-126f) r = 0.0f;
+  return r;
+}
+inline float exp2_flush(float v) { return ex2_approx(v, true); }
+// __expf: ex2.approx(x * fl(log2 e)) (libdevice __nv_fast_expf)
+inline float fast_expf(float x) {
+  const float v = x * 1.4426950408889634f;
+  return ex2_approx(v, false);
+}
+
+struct ExpSum {
+  float max = -INFINITY;
+  float sum = 0.0f;
+  bool rebase(float m, float inv_t) {
+    if (m > max) {
+      if (max > -INFINITY && max < INFINITY) sum *= fast_expf((max - m) * inv_t);
+      max = m;
+    }
+    return max > -INFINITY && max < INFINITY;
+  }
+  void add_group(const float* x, float inv_t) {
+    const float to_base2 = inv_t * 1.4426950408889634f;
+    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int i = 0; i < 32; ++i) part[i % 4] += exp2_flush(std::fmax((x[i] - max) * to_base2, -INFINITY));
+    sum += (part[0] + part[1]) + (part[2] + part[3]);
+  }
+};
+
+// Layout: width = tokens per 16-byte load (4 fp32, 8 16-bit); groups_per_step = 1 (fp32, short
+// 16-bit steps) or 2 (full 16-bit steps). tile tokens = 4 warps * groups_per_step * 1024.
+struct Layout {
+  int width = 4;
+  int groups_per_step = 1;
+  int tile_tokens() const { return 4 * groups_per_step * 1024; }
+};
+
+struct Chunk { int first, end; };  // tile range
+
+inline std::vector<Chunk> chunks_for_tpc(int tiles, int tpc) {
+  std::vector<Chunk> c;
+  for (int f = 0; f < tiles; f += tpc) c.push_back({f, std::min(f + tpc, tiles)});
+  return c;
+}
+
+// warp butterfly sum (float), lane 0's result (all lanes equal: + is commutative)
+inline float warp_sum_f(float (&v)[32]) {
+  float a[32];
+  std::memcpy(a, v, sizeof a);
+  for (int o = 16; o > 0; o >>= 1) {
+    float b[32];
+    for (int l = 0; l < 32; ++l) b[l] = a[l] + a[l ^ o];
+    std::memcpy(a, b, sizeof a);
+  }
+  return a[0];
+}
+inline double warp_sum_d(double (&v)[32]) {
+  double a[32];
+  std::memcpy(a, v, sizeof a);
+  for (int o = 16; o > 0; o >>= 1) {
+    double b[32];
+    for (int l = 0; l < 32; ++l) b[l] = a[l] + a[l ^ o];
+    std::memcpy(a, b, sizeof a);
+  }
+  return a[0];
+}
+
+struct Stat { float max; float sum; };
+
+bool g_block_fma = true;   // t.sum += ws.sum * __expf(..) contracted to FFMA
+
+// One chunk's TileStat (max, sum) as stage 1 computes it.
+inline Stat chunk_stat(const std::vector<float>& x, int V, float inv_t, const Layout& L, Chunk ch) {
+  const int tt = L.tile_tokens();
+  ExpSum wsum[4];
+  float wmax[4];
+  for (int w = 0; w < 4; ++w) {
+    ExpSum lane[32];
+    for (int t = ch.first; t < ch.end; ++t) {
+      for (int g = 0; g < L.groups_per_step; ++g) {
+        const int base = t * tt + w * (L.groups_per_step * 1024) + g * 1024;
+        for (int l = 0; l < 32; ++l) {
+          float xr[32];
+          float v1 = -INFINITY;
+          for (int i = 0; i < 32; ++i) {
+            const int tok = base + (i / L.width) * (32 * L.width) + l * L.width + (i % L.width);
+            xr[i] = tok < V ? x[tok] : -INFINITY;
+            v1 = std::fmax(v1, xr[i]);
+          }
+          if (lane[l].rebase(v1, inv_t)) lane[l].add_group(xr, inv_t);
+        }
+      }
+    }
+    // warp_combine
+    float m = -INFINITY;
+    for (int l = 0; l < 32; ++l) m = std::fmax(m, lane[l].max);
+    float part[32];
+    for (int l = 0; l < 32; ++l) {
+      if (lane[l].max > -INFINITY && m < INFINITY) part[l] = lane[l].sum * fast_expf((lane[l].max - m) * inv_t);
+      else part[l] = 0.0f;
+    }
+    wsum[w].max = m;
+    wsum[w].sum = warp_sum_f(part);
+    wmax[w] = m;
+  }
+  float tm = -INFINITY;
+  for (int w = 0; w < 4; ++w) tm = std::fmax(tm, wmax[w]);
+  float s = 0.0f;
+  for (int w = 0; w < 4; ++w) {
+    if (wsum[w].max > -INFINITY && tm < INFINITY) {
+      const float f = fast_expf((wsum[w].max - tm) * inv_t);
+      s = g_block_fma ? std::fma(wsum[w].sum, f, s) : s + wsum[w].sum * f;
+    }
+  }
+  return {tm, s};
+}
+
+// Stage 2's merge of the chunk stats into sum_all (double).
+inline double merge(const std::vector<Stat>& st, float inv_t) {
+  float m = -INFINITY;
+  for (auto& s : st) m = std::fmax(m, s.max);
+  double lane[32];
+  for (int l = 0; l < 32; ++l) {
+    double sum = 0.0;
+    for (int h = 0; h < 2; ++h) {
+      const size_t c = l + 32 * h;
+      if (c < st.size() && st[c].max > -INFINITY) {
+        const float e = (st[c].max - m) * inv_t;
+        sum = std::fma(static_cast<double>(st[c].sum), std::exp(static_cast<double>(e)), sum);
+      }
+    }
+    lane[l] = sum;
+  }
+  return warp_sum_d(lane);
+}
+
+inline double device_sum_all(const std::vector<float>& x, float T, const Layout& L, const std::vector<Chunk>& chunks) {
+  const int V = static_cast<int>(x.size());
+  const float inv_t = 1.0f / T;
+  std::vector<Stat> st;
+  for (auto& c : chunks) st.push_back(chunk_stat(x, V, inv_t, L, c));
+  return merge(st, inv_t);
+}
+
+struct Ref { float zm; double total; };
+inline Ref reference(const std::vector<float>& x, float T) {
+  float zm = -INFINITY;
+  std::vector<float> z(x.size());
+  for (size_t i = 0; i < x.size(); ++i) { z[i] = x[i] / T; zm = std::fmax(zm, z[i]); }
+  // the reference sums in the sorted order; double, so the order is immaterial at 1e-6 (use a
+  // compensated sum to remove it entirely)
+  double s = 0.0, c = 0.0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double t = std::exp(static_cast<double>(z[i]) - static_cast<double>(zm));
+    const double y = t - c;
+    const double u = s + y;
+    c = (u - s) - y;
+    s = u;
+  }
+  return {zm, s};
+}
+
+inline double margin(float zm, double c) { return 1e-6 + std::expm1((std::fabs(static_cast<double>(zm)) + c) * 0x1p-23); }
+
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int V = argc > 1 ? std::atoi(argv[1]) : 262144;
+  const double C = argc > 2 ? std::atof(argv[2]) : 32.0;
+  if (V < 4096) {
+    std::fprintf(stderr, "sonic_sum_error_model: V must be at least 4096, got %d\n", V);
+    return 2;
+  }
+  const float T = 1.0f;
+  const Layout L;
+  const int tiles = (V + L.tile_tokens() - 1) / L.tile_tokens();
+  for (const int mode : {0, 1, -1}) {
+    g_ex2_mode = mode;
+    double best = 0.0;
+    for (double d = 14.0; d < 19.0; d += 0.0005) {
+      std::vector<float> x(V, static_cast<float>(-d));
+      x[0] = 0.0f;
+      const Ref r = reference(x, T);
+      const double rel = r.total / device_sum_all(x, T, L, chunks_for_tpc(tiles, tiles)) - 1.0;
+      const double ratio = std::fabs(rel) / margin(r.zm, C);
+      if (ratio <= best) continue;
+      best = ratio;
+      const double rel1 = r.total / device_sum_all(x, T, L, chunks_for_tpc(tiles, 1)) - 1.0;
+      std::printf("ex2 %+d d=%.4f rel(one chunk)=%.4e rel(a tile a chunk)=%.4e margin(+%g)=%.4e ratio=%.3f "
+                  "ratio(+62)=%.3f\n", mode, d, rel, rel1, C, margin(r.zm, C), ratio,
+                  std::fabs(rel) / margin(r.zm, 62.0));
+    }
+  }
+  return 0;
+}
