@@ -81,22 +81,13 @@ inline std::vector<Chunk> chunks_for_tpc(int tiles, int tpc) {
   return c;
 }
 
-// warp butterfly sum (float), lane 0's result (all lanes equal: + is commutative)
-inline float warp_sum_f(float (&v)[32]) {
-  float a[32];
+// The warp's butterfly sum (every lane ends with the same value: + commutes), lane 0's.
+template <typename T>
+T warp_sum(const T (&v)[32]) {
+  T a[32];
   std::memcpy(a, v, sizeof a);
   for (int o = 16; o > 0; o >>= 1) {
-    float b[32];
-    for (int l = 0; l < 32; ++l) b[l] = a[l] + a[l ^ o];
-    std::memcpy(a, b, sizeof a);
-  }
-  return a[0];
-}
-inline double warp_sum_d(double (&v)[32]) {
-  double a[32];
-  std::memcpy(a, v, sizeof a);
-  for (int o = 16; o > 0; o >>= 1) {
-    double b[32];
+    T b[32];
     for (int l = 0; l < 32; ++l) b[l] = a[l] + a[l ^ o];
     std::memcpy(a, b, sizeof a);
   }
@@ -138,7 +129,7 @@ inline Stat chunk_stat(const std::vector<float>& x, int V, float inv_t, const La
       else part[l] = 0.0f;
     }
     wsum[w].max = m;
-    wsum[w].sum = warp_sum_f(part);
+    wsum[w].sum = warp_sum(part);
     wmax[w] = m;
   }
   float tm = -INFINITY;
@@ -169,7 +160,7 @@ inline double merge(const std::vector<Stat>& st, float inv_t) {
     }
     lane[l] = sum;
   }
-  return warp_sum_d(lane);
+  return warp_sum(lane);
 }
 
 inline double device_sum_all(const std::vector<float>& x, float T, const Layout& L, const std::vector<Chunk>& chunks) {
