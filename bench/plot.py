@@ -51,7 +51,8 @@ def main():
             ax.plot(ANCHOR_B, ys, linestyle=":", marker="x", label=label)
         ax.plot(ANCHOR_B, TARGET, linestyle="--", color="k",
                 label="target (ANCHORS.md: heterogeneous batches, H200)")
-        floor = sorted({(r["B"], r["floor_us"]) for r in rows if r["case"] == case})
+        # One floor a B (sonic_bench and baselines.py each measure the read bandwidth: the last wins).
+        floor = sorted({r["B"]: r["floor_us"] for r in rows if r["case"] == case}.items())
         if floor:
             ax.plot([p[0] for p in floor], [p[1] for p in floor], color="gray", label="one-read floor")
         ax.set_xscale("log", base=2)

@@ -13,6 +13,7 @@ import contextlib
 import math
 import numbers
 import struct
+from collections.abc import Mapping
 from typing import Any, Optional, Sequence
 
 # DLPack device types.
@@ -118,6 +119,11 @@ def to_list(x: Any, name: str) -> list:
         return []
     if isinstance(x, (list, tuple, range)):
         return list(x)
+    if isinstance(x, Mapping):  # list() would keep its keys: a {row: value} map read as the rows
+        raise TypeError(
+            f"sonic: argument '{name}' must be a sequence or an array (one value a row), not a "
+            f"{type(x).__name__}"
+        )
     if hasattr(x, "tolist"):
         if hasattr(x, "detach"):  # torch
             x = x.detach().cpu()

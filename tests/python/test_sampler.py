@@ -351,3 +351,12 @@ def test_verify_with_logprobs_and_history():
     assert s.step(0) == 1
     y = np.array([[1.0, 0.1, 0.0, 0.0, 1.0, 0.0]], dtype=np.float32)
     assert s.sample(y).tokens.tolist() == [1]
+
+
+def test_functional_per_row_values_are_not_dicts():
+    # A {row: value} dict would be read as its keys (temperatures 0 and 1): refused, naming it.
+    import sonic.functional as F
+
+    x = np.zeros((2, 8), np.float32)
+    with pytest.raises(TypeError, match="temperature"):
+        F.sample(x, temperature={0: 0.5, 1: 0.7}, backend="cpu")

@@ -20,11 +20,6 @@ def column(x: Any, name: str, rows: int, default: Any) -> list:
         return [default] * rows
     if isinstance(x, (int, float, bool)):
         return [x] * rows
-    if isinstance(x, dict):  # a {row: value} map would be read as its keys
-        raise TypeError(
-            f"sonic: argument '{name}' must be a scalar or one value a row (a list or an array), "
-            f"not a dict"
-        )
     values = A.to_list(x, name)
     if values and isinstance(values[0], list):
         if any(len(v) != 1 for v in values):

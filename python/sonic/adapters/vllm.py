@@ -182,13 +182,15 @@ class VllmSampler:
             for r, row in enumerate(mask):
                 if any(row):  # True: not allowed
                     # The shorter list of the two: both count against max_token_list.
-                    ok = [t for t, masked in enumerate(row[:V]) if not masked]
+                    ok, off = [], []
+                    for t, masked in enumerate(row[:V]):
+                        (off if masked else ok).append(t)
                     if not ok:  # every token disallowed (an empty list allows all)
                         all_masked[r] = True
                     elif len(ok) <= V - len(ok):
                         allowed[r] = ok
                     else:
-                        masked_ids[r] = [t for t, masked in enumerate(row[:V]) if masked]
+                        masked_ids[r] = off
         banned = [[] for _ in range(rows)]
         for r, words in (bad_words_token_ids or {}).items():
             r = A._int("bad_words_token_ids row", r, 0, rows - 1)
