@@ -3,11 +3,11 @@
 // decide_kept's top-p margin (src/cuda/stage2_row.cuh) on adversarial rows (perf-notes v3.32). The
 // fp32 operations follow the device code in order; ex2.approx is modelled as correctly rounded or
 // off by 2^-22 either way. Built with -ffp-contract=off (contractions only where written as fma).
-//   sonic_sum_error_model [V] [C]   sweeps the "sea" row: one token at x = 0, the other V - 1 at
-//                                   -d (T 1), d from 14 to 19, each term about half an ulp of the
-//                                   running sum: prints the worst |ref / sum_all - 1| over the
-//                                   margin with |zm| + C (default 32) and with |zm| + 62, with the
-//                                   whole row one chunk (large B) and one tile a chunk (B = 1).
+//   sonic_sum_error_model [V]   sweeps the "sea" row: one token at x = 0, the other V - 1 at -d
+//                               (T 1), d from 14 to 19, each term about half an ulp of the running
+//                               sum: prints the worst |ref / sum_all - 1| over the kernel's margin
+//                               (detail::top_p_sum_margin) and over margin-wide.patch's (|zm| + 62),
+//                               with the whole row one chunk (large B) and one tile a chunk (B = 1).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -16,13 +16,15 @@
 #include <cstring>
 #include <vector>
 
+#include "common/token_rules.hpp"
+
 namespace {
 
 
 // ex2.approx model: mode 0 = correctly rounded 2^v; mode +1/-1 = 2^v * (1 +- 2^-22), rounded toward
 // the exact value so the float result stays within 2^-22 relative; integer inputs are exact.
 int g_ex2_mode = 0;
-double g_ex2_rel = 0x1p-22;
+constexpr double g_ex2_rel = 0x1p-22;
 
 inline float ex2_approx(float v, bool ftz) {
   if (std::isnan(v)) return v;
@@ -96,7 +98,6 @@ T warp_sum(const T (&v)[32]) {
 
 struct Stat { float max; float sum; };
 
-bool g_block_fma = true;   // t.sum += ws.sum * __expf(..) contracted to FFMA
 
 // One chunk's TileStat (max, sum) as stage 1 computes it.
 inline Stat chunk_stat(const std::vector<float>& x, int V, float inv_t, const Layout& L, Chunk ch) {
@@ -138,7 +139,7 @@ inline Stat chunk_stat(const std::vector<float>& x, int V, float inv_t, const La
   for (int w = 0; w < 4; ++w) {
     if (wsum[w].max > -INFINITY && tm < INFINITY) {
       const float f = fast_expf((wsum[w].max - tm) * inv_t);
-      s = g_block_fma ? std::fma(wsum[w].sum, f, s) : s + wsum[w].sum * f;
+      s = std::fma(wsum[w].sum, f, s);  // t.sum += ws.sum * __expf(..), contracted to an FFMA
     }
   }
   return {tm, s};
@@ -189,14 +190,14 @@ inline Ref reference(const std::vector<float>& x, float T) {
   return {zm, s};
 }
 
-inline double margin(float zm, double c) { return 1e-6 + std::expm1((std::fabs(static_cast<double>(zm)) + c) * 0x1p-23); }
+// docs/experiments/margin-wide.patch's margin, beside the kernel's detail::top_p_sum_margin.
+double wide_margin(float zm) { return 1e-6 + std::expm1((std::fabs(static_cast<double>(zm)) + 62.0) * 0x1p-23); }
 
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const int V = argc > 1 ? std::atoi(argv[1]) : 262144;
-  const double C = argc > 2 ? std::atof(argv[2]) : 32.0;
   if (V < 4096) {
     std::fprintf(stderr, "sonic_sum_error_model: V must be at least 4096, got %d\n", V);
     return 2;
@@ -212,13 +213,13 @@ int main(int argc, char** argv) {
       x[0] = 0.0f;
       const Ref r = reference(x, T);
       const double rel = r.total / device_sum_all(x, T, L, chunks_for_tpc(tiles, tiles)) - 1.0;
-      const double ratio = std::fabs(rel) / margin(r.zm, C);
+      const double ratio = std::fabs(rel) / sonic::detail::top_p_sum_margin(r.zm);
       if (ratio <= best) continue;
       best = ratio;
       const double rel1 = r.total / device_sum_all(x, T, L, chunks_for_tpc(tiles, 1)) - 1.0;
-      std::printf("ex2 %+d d=%.4f rel(one chunk)=%.4e rel(a tile a chunk)=%.4e margin(+%g)=%.4e ratio=%.3f "
-                  "ratio(+62)=%.3f\n", mode, d, rel, rel1, C, margin(r.zm, C), ratio,
-                  std::fabs(rel) / margin(r.zm, 62.0));
+      std::printf("ex2 %+d d=%.4f rel(one chunk)=%.4e rel(a tile a chunk)=%.4e margin=%.4e ratio=%.3f "
+                  "ratio(+62)=%.3f\n", mode, d, rel, rel1, sonic::detail::top_p_sum_margin(r.zm), ratio,
+                  std::fabs(rel) / wide_margin(r.zm));
     }
   }
   return 0;

@@ -2,6 +2,7 @@
 // the CPU reference, the CUDA kernels and the fused LM-head epilogue.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -111,6 +112,15 @@ SONIC_HD float order_bits_to_float(uint32_t k) {
 // order_bits(-FLT_MAX), the least of a finite value. Below it lie -inf's (one less) and the negative
 // NaNs': a bound on keys there has no finite value to compare logits with.
 constexpr uint32_t kLeastFiniteOrderBits = 0x00800000u;
+
+// The relative error stage 2's fast top-p decision allows stage 1's total mass (an fp32 sum of
+// exp((x - x_max) / T)) against the reference's (a double sum over z = x / T rounded): decide_kept
+// settles a row only where the crossing stays put over it, so that the token cannot depend on the
+// sum's order, which follows the batch size (perf-notes v3.31, v3.32; bench/sum_error_model.cpp
+// measures it against adversarial rows).
+SONIC_HD double top_p_sum_margin(float zm) {
+  return 1e-6 + expm1((fabs(static_cast<double>(zm)) + 32.0) * 0x1p-23);
+}
 
 // The total order of steps 7-8 as one integer: z descending, then token id ascending. A larger
 // key comes first. Keeps the full fp32 value (a truncated key would change the kept set).

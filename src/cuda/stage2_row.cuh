@@ -97,7 +97,7 @@ __device__ __forceinline__ int decide_kept(const SlotParams& p, int32_t V, float
     // path's.
     if (complete) return kept_at(static_cast<double>(p.top_p) * sh.cum[n - 1]);
     const double target = static_cast<double>(p.top_p) * total;
-    const double margin = 1e-6 + expm1((fabs(static_cast<double>(zm)) + 32.0) * 0x1p-23);
+    const double margin = detail::top_p_sum_margin(zm);
     const int lo = kept_at(target * (1.0 - margin));
     return lo == kept_at(target * (1.0 + margin)) ? lo : -1;
   }
