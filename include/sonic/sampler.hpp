@@ -63,4 +63,11 @@ class Sampler {
 // True when this build has the CUDA backend and a usable GPU is present.
 bool cuda_available();
 
+// The largest SamplerConfig::max_final_entries this build accepts for that backend and device: the
+// CPU backend INT32_MAX (memory is the only limit), the CUDA backend the entries the exact sampler's
+// shared memory holds on `device` (about 28000 on an H100 or H200); kAuto resolves as Sampler does.
+// Throws sonic::Error as Sampler would for that backend and device (kUnsupported where the build or
+// the machine has no CUDA backend, kInvalidArgument for a device that is not present).
+int32_t max_final_entries(Backend backend, int32_t device = 0);
+
 }  // namespace sonic

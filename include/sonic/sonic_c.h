@@ -81,8 +81,8 @@ typedef struct sonic_config {
   int32_t max_history;       /* history tokens per slot; default 32768 */
   int32_t max_token_list;    /* logit-bias + banned + allowed entries per request; default 4096 */
   int32_t max_top_logprobs;  /* top-N capacity, 0..20; default 0 */
-  int32_t max_final_entries; /* sparse final distribution capacity per row; default 0 (CUDA: about
-                                28000 on an H100 or H200, the exact sampler's shared memory) */
+  int32_t max_final_entries; /* sparse final distribution capacity per row; default 0 (at most
+                                sonic_max_final_entries(): CUDA, the exact sampler's shared memory) */
   int32_t device;            /* CUDA device ordinal; default 0 */
   int32_t cpu_threads;       /* CPU backend: threads a call's rows are spread over (0: one a
                                 hardware thread); default 1 */
@@ -206,6 +206,11 @@ SONIC_C_API void sonic_verify_outputs_default(sonic_verify_outputs* out);
 SONIC_C_API const char* sonic_last_error(void);
 /* 1 when this build has the CUDA backend and a usable GPU is present, else 0. */
 SONIC_C_API int32_t sonic_cuda_available(void);
+/* The largest sonic_config.max_final_entries that sonic_sampler_create accepts for `backend`
+ * (SONIC_BACKEND_*; AUTO resolves as there) and `device`: INT32_MAX for the CPU backend, for CUDA
+ * the entries the exact sampler's shared memory holds on that device (about 28000 on an H100 or
+ * H200). Fails as sonic_sampler_create would (SONIC_ERROR_UNSUPPORTED: no CUDA backend or GPU). */
+SONIC_C_API sonic_status sonic_max_final_entries(int32_t backend, int32_t device, int32_t* out);
 /* "MAJOR.MINOR.PATCH" */
 SONIC_C_API const char* sonic_version(void);
 

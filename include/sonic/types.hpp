@@ -76,8 +76,9 @@ struct SamplerConfig {
   int32_t max_history = 32768;     // tokens of history (prompt + output) per slot
   int32_t max_token_list = 4096;   // logit-bias + banned + allowed entries per request
   int32_t max_top_logprobs = 0;    // top-N capacity, <= 20
-  int32_t max_final_entries = 0;   // capacity of the sparse final distribution per row (CUDA: the
-                                   // exact sampler's shared memory, about 28000 on an H100 or H200)
+  int32_t max_final_entries = 0;   // capacity of the sparse final distribution per row, at most
+                                   // sonic::max_final_entries() (CUDA: the exact sampler's shared
+                                   // memory, about 28000 on an H100 or H200)
   int32_t device = 0;              // CUDA device ordinal (CUDA backend)
   int32_t cpu_threads = 1;         // CPU backend: threads a call's rows are spread over (0: one a
                                    // hardware thread); the outputs never depend on it

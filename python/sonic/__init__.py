@@ -30,6 +30,7 @@ from .sampler import (
     SampleResult,
     Sampler,
     VerifyResult,
+    max_final_entries,
 )
 
 __version__ = "0.1.0"
@@ -59,6 +60,7 @@ __all__ = [
     "VerifyResult",
     "built_with_cuda",
     "cuda_available",
+    "max_final_entries",
     "sample",
     "top_k",
 ]

@@ -8,7 +8,7 @@ import numbers
 from typing import Any, Optional
 
 from . import _arrays as A
-from .sampler import Sampler, SampleResult
+from .sampler import Sampler, SampleResult, max_final_entries
 
 _PER_ROW_SCALARS = (
     "temperature",
@@ -61,9 +61,6 @@ def _per_row_list(name: str, value: Any, rows: int) -> list:
             )
         return list(value)
     return [value] * rows
-
-
-_CUDA_FINAL_ENTRIES = 16384  # final_distribution=True's capacity on CUDA (128 KB of shared memory)
 
 
 def _one_off_rows(logits: Any, vocab_size: Optional[int], backend: Optional[str]) -> tuple:
@@ -121,7 +118,7 @@ def sample(
     ``output`` (the history, for the penalties) are one list for all rows or a list of per-row
     lists. ``seed`` and ``step`` select the randomness (SPEC.md section 4). ``top_logprobs`` is N
     of the top-N output (0: none); ``final_distribution`` is True (capacity V; on CUDA at most
-    16384, the exact sampler's shared memory) or a capacity.
+    the exact sampler's shared memory, sonic.max_final_entries('cuda')) or a capacity.
     ``backend`` defaults to 'cuda' for CUDA arrays and 'cpu' otherwise. For [V] logits every field
     of the result drops the row dimension.
     """
@@ -165,10 +162,12 @@ def sample(
         for row in zip(lists["logit_bias"], lists["banned_tokens"], lists["allowed_tokens"])
     )
     n_top = A._int("top_logprobs", top_logprobs, 0, 20)
+    device = A.device(logits)[1] if backend == "cuda" else 0
     if final_distribution is True:
-        # The CUDA backend holds a row's final distribution in shared memory (SamplerConfig's
-        # max_final_entries): 16384 entries fit every recent GPU; a larger kept set gets its count.
-        n_final = V if backend != "cuda" else min(V, _CUDA_FINAL_ENTRIES)
+        # The CUDA backend holds a row's final distribution in shared memory (the CPU's limit is
+        # 2**31 - 1): a larger kept set gets its count. A query of microseconds, beside the
+        # sampler's allocations: not cached.
+        n_final = min(V, max_final_entries(backend, device))
     elif final_distribution is False or final_distribution is None:
         n_final = 0
     else:
@@ -183,7 +182,7 @@ def sample(
         max_top_logprobs=n_top,
         max_final_entries=n_final,
         backend=backend,
-        device=A.device(logits)[1] if backend == "cuda" else 0,
+        device=device,
     )
     for r in range(R):
         params = {name: scalars[name][r] for name in _PER_ROW_SCALARS if name != "step"}

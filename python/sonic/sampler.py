@@ -111,6 +111,25 @@ def _logit_bias(bias: Any) -> tuple:
     return A.host_i32(ids, "logit_bias"), A.host_f32(vals, "logit_bias")
 
 
+def _backend(backend: Any) -> int:
+    """The backend int of a name: 'auto', 'cpu' or 'cuda'."""
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise ValueError(
+            f"sonic: argument 'backend' must be 'auto', 'cpu' or 'cuda', got {backend!r}"
+        )
+    return BACKENDS[backend]
+
+
+def max_final_entries(backend: str = "cuda", device: int = 0) -> int:
+    """The largest ``max_final_entries`` a Sampler of ``backend`` ('auto', 'cpu' or 'cuda') on
+    ``device`` accepts: 2**31 - 1 for 'cpu'; for 'cuda' the entries of a row's final distribution
+    that the exact sampler's shared memory holds (about 28000 on an H100 or H200). Raises as
+    Sampler does: RuntimeError where the backend is not usable here, ValueError for a device that
+    is not present."""
+    b = _backend(backend)
+    return int(_sonic.max_final_entries(b, A._int("device", device, -(2**31), 2**31 - 1)))
+
+
 class Sampler:
     """A sonic sampler: request table plus batched sample() and verify(), and a batched top_k().
 
@@ -134,10 +153,7 @@ class Sampler:
         device: int = 0,
         cpu_threads: int = 1,
     ):
-        if not isinstance(backend, str) or backend not in BACKENDS:
-            raise ValueError(
-                f"sonic: argument 'backend' must be 'auto', 'cpu' or 'cuda', got {backend!r}"
-            )
+        backend_id = _backend(backend)
         if max_rows is None:
             max_rows = max_slots
         i32 = (-(2**31), 2**31 - 1)
@@ -154,7 +170,7 @@ class Sampler:
             cpu_threads=cpu_threads,
         )
         checked = {k: A._int(k, v, *i32) for k, v in args.items()}
-        self._impl = _sonic.Sampler(backend=BACKENDS[backend], **checked)
+        self._impl = _sonic.Sampler(backend=backend_id, **checked)
         self._config = dict(self._impl.config)
 
     # ---- properties -------------------------------------------------------------------------

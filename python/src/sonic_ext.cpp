@@ -293,6 +293,13 @@ NB_MODULE(_sonic, m) {
 
   m.def("cuda_available", &sonic::cuda_available,
         "True when this build has the CUDA backend and a usable GPU is present.");
+  m.def(
+      "max_final_entries",
+      [](int backend, int32_t device) {
+        return sonic::max_final_entries(static_cast<sonic::Backend>(backend), device);
+      },
+      nb::arg("backend"), nb::arg("device"),
+      "The largest max_final_entries a sampler of that backend (an int) and device accepts.");
 #if defined(SONIC_WITH_CUDA)
   m.attr("built_with_cuda") = true;
 #else

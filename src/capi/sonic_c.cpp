@@ -552,6 +552,13 @@ int32_t sonic_cuda_available(void) {
   return st == SONIC_OK ? available : 0;
 }
 
+sonic_status sonic_max_final_entries(int32_t backend, int32_t device, int32_t* out) {
+  return guarded([&] {
+    if (out == nullptr) null_argument("out");
+    *out = sonic::max_final_entries(static_cast<sonic::Backend>(backend), device);
+  });
+}
+
 const char* sonic_version(void) { return SONIC_VERSION_STRING; }
 
 // ---- Sampler ------------------------------------------------------------------------------------

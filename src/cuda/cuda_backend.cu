@@ -409,12 +409,48 @@ class CudaBackend final : public SamplerBackend {
 }  // namespace
 
 namespace detail {
-std::unique_ptr<SamplerBackend> make_cuda_backend(const SamplerConfig& config) {
+namespace {
+// `device` (the argument `name`; >= 0, checked before) must be present.
+void require_cuda_device(int32_t device, const char* name) {
   const int devices = cuda_device_count();
   if (devices == 0) throw Error(ErrorCode::kUnsupported, "sonic: config.backend = cuda: no CUDA device is present");
-  if (config.device >= devices)
-    invalid_argument("config.device", std::to_string(config.device),
+  if (device >= devices)
+    invalid_argument(name, std::to_string(device),
                      "must be < " + std::to_string(devices) + " (the CUDA devices present)");
+}
+
+// The exact sampler holds a row's final distribution in shared memory: a larger max_final_entries
+// would fail its launch in the middle of a call, after the fast kernel's. `device` must be current
+// (the kernel's static shared memory is read there).
+int32_t final_capacity(int32_t device) {
+  return static_cast<int32_t>(std::min<int64_t>(cuda::exact_sample_final_capacity(device), INT32_MAX));
+}
+
+// Makes `device` current while it lives, then puts the caller's back: a query leaves the thread's
+// device as it found it.
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int device) {
+    SONIC_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ == device) {
+      previous_ = -1;  // nothing to put back
+    } else {
+      SONIC_CUDA_CHECK(cudaSetDevice(device));
+    }
+  }
+  ~CurrentDevice() {
+    if (previous_ >= 0) (void)cudaSetDevice(previous_);
+  }
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+}  // namespace
+
+std::unique_ptr<SamplerBackend> make_cuda_backend(const SamplerConfig& config) {
+  require_cuda_device(config.device, "config.device");
   if (config.vocab_size > cuda::kMaxVocab)
     invalid_argument("config.vocab_size", std::to_string(config.vocab_size),
                      "the CUDA backend takes at most " + std::to_string(cuda::kMaxVocab) + " tokens");
@@ -424,14 +460,18 @@ std::unique_ptr<SamplerBackend> make_cuda_backend(const SamplerConfig& config) {
     invalid_argument("config.max_rows", std::to_string(config.max_rows),
                      "the CUDA backend takes at most " + std::to_string(cuda::kMaxRows) + " rows a call");
   SONIC_CUDA_CHECK(cudaSetDevice(config.device));
-  // The exact sampler holds a row's final distribution in shared memory: a larger capacity would fail
-  // its launch in the middle of a call, after the fast kernel's.
-  const int64_t final_capacity = cuda::exact_sample_final_capacity(config.device);
-  if (config.max_final_entries > final_capacity)
+  const int32_t capacity = final_capacity(config.device);
+  if (config.max_final_entries > capacity)
     invalid_argument("config.max_final_entries", std::to_string(config.max_final_entries),
-                     "the CUDA backend keeps at most " + std::to_string(final_capacity) +
+                     "the CUDA backend keeps at most " + std::to_string(capacity) +
                          " entries a row on this device (the exact sampler's shared memory)");
   return std::make_unique<CudaBackend>(config);
+}
+
+int32_t cuda_max_final_entries(int32_t device) {
+  require_cuda_device(device, "device");
+  const CurrentDevice current(device);
+  return final_capacity(device);
 }
 }  // namespace detail
 

@@ -36,6 +36,9 @@ namespace detail {
 std::unique_ptr<SamplerBackend> make_cpu_backend(const SamplerConfig& config);
 #if defined(SONIC_WITH_CUDA)
 std::unique_ptr<SamplerBackend> make_cuda_backend(const SamplerConfig& config);
+// sonic::max_final_entries(kCuda, device): the exact sampler's capacity on `device`, which
+// make_cuda_backend checks the same way first.
+int32_t cuda_max_final_entries(int32_t device);
 int cuda_device_count();  // 0 when no driver or device is usable
 #endif
 }  // namespace detail

@@ -1,6 +1,9 @@
 // Sampler: validates every call on the host, then hands it to the backend chosen at creation.
 #include "sonic/sampler.hpp"
 
+#include <cstdint>
+#include <string>
+
 #include "host/backend.hpp"
 #include "host/validate.hpp"
 
@@ -16,22 +19,49 @@ bool cuda_available() {
 
 namespace {
 
+// kAuto: CUDA when it is usable, else the CPU.
+Backend resolve(Backend backend) {
+  if (backend != Backend::kAuto) return backend;
+  return cuda_available() ? Backend::kCuda : Backend::kCpu;
+}
+
+#if !defined(SONIC_WITH_CUDA)
+// A sampler or a limit asked of the CUDA backend in a build without it.
+[[noreturn]] void no_cuda_backend() {
+  throw Error(ErrorCode::kUnsupported,
+              "sonic: config.backend = cuda: this build has no CUDA backend (built without nvcc or with SONIC_ENABLE_CUDA=OFF)");
+}
+#endif
+
 std::unique_ptr<SamplerBackend> make_backend(const SamplerConfig& config) {
   SamplerConfig resolved = config;
-  if (resolved.backend == Backend::kAuto)
-    resolved.backend = cuda_available() ? Backend::kCuda : Backend::kCpu;
+  resolved.backend = resolve(config.backend);
   if (resolved.backend == Backend::kCuda) {
 #if defined(SONIC_WITH_CUDA)
     return detail::make_cuda_backend(resolved);
 #else
-    throw Error(ErrorCode::kUnsupported,
-                "sonic: config.backend = cuda: this build has no CUDA backend (built without nvcc or with SONIC_ENABLE_CUDA=OFF)");
+    no_cuda_backend();
 #endif
   }
   return detail::make_cpu_backend(resolved);
 }
 
 }  // namespace
+
+int32_t max_final_entries(Backend backend, int32_t device) {
+  if (backend != Backend::kAuto && backend != Backend::kCpu && backend != Backend::kCuda)
+    detail::invalid_argument("backend", std::to_string(static_cast<int32_t>(backend)),
+                             "must be one of auto (0), cpu (1), cuda (2)");
+  if (device < 0) detail::invalid_argument("device", std::to_string(device), "must be >= 0");
+  if (resolve(backend) == Backend::kCuda) {
+#if defined(SONIC_WITH_CUDA)
+    return detail::cuda_max_final_entries(device);
+#else
+    no_cuda_backend();
+#endif
+  }
+  return INT32_MAX;  // the CPU backend: memory is the only limit
+}
 
 Sampler::Sampler(const SamplerConfig& config) {
   detail::validate_config(config);

@@ -396,6 +396,37 @@ TEST_F(BadInput, CudaBackendUnavailable) {
   }
 }
 
+// sonic::max_final_entries: the CPU backend's only limit is memory; a bad backend or device is an
+// error naming it, whatever the backend.
+TEST_F(BadInput, MaxFinalEntries) {
+  EXPECT_EQ(sonic::max_final_entries(Backend::kCpu), std::numeric_limits<int32_t>::max());
+  EXPECT_EQ(sonic::max_final_entries(Backend::kCpu, 3), std::numeric_limits<int32_t>::max());
+  expect_invalid([] { sonic::max_final_entries(static_cast<Backend>(3)); }, "backend", "3");
+  expect_invalid([] { sonic::max_final_entries(Backend::kCpu, -1); }, "device", "-1");
+  expect_invalid([] { sonic::max_final_entries(Backend::kCuda, -1); }, "device", "-1");
+}
+
+// Its CUDA limit where the CUDA backend is not usable: the error Sampler gives, and kAuto is the CPU.
+TEST_F(BadInput, MaxFinalEntriesCudaUnavailable) {
+  if (sonic::cuda_available()) GTEST_SKIP() << "a GPU is present: the CUDA backend is usable";
+  EXPECT_EQ(sonic::max_final_entries(Backend::kAuto), std::numeric_limits<int32_t>::max());
+  SamplerConfig c = test_config();
+  c.backend = Backend::kCuda;
+  std::string sampler_error;
+  try {
+    Sampler s(c);
+  } catch (const Error& e) {
+    sampler_error = e.what();
+  }
+  try {
+    sonic::max_final_entries(Backend::kCuda);
+    ADD_FAILURE() << "Backend::kCuda has a limit without a usable GPU";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_EQ(std::string(e.what()), sampler_error);
+  }
+}
+
 // ---- RequestParams (admit) ----------------------------------------------------------------------
 
 TEST_F(BadInput, ParamsTemperature) {

@@ -748,6 +748,31 @@ TEST(CApi, LastErrorIsThreadLocal) {
   EXPECT_NE(mine.find("config.max_rows = -3"), std::string::npos) << mine;
 }
 
+// sonic_max_final_entries: the C++ limit, behind a status; a bad call leaves *out as it was.
+TEST(CApi, MaxFinalEntries) {
+  EXPECT_EQ(sonic_max_final_entries(SONIC_BACKEND_CPU, 0, nullptr), SONIC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("sonic: invalid argument out = null"), std::string::npos) << last_error();
+  int32_t limit = 0;
+  ASSERT_EQ(sonic_max_final_entries(SONIC_BACKEND_CPU, 0, &limit), SONIC_OK) << last_error();
+  EXPECT_EQ(limit, std::numeric_limits<int32_t>::max());
+  limit = 5;
+  EXPECT_EQ(sonic_max_final_entries(7, 0, &limit), SONIC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("backend = 7"), std::string::npos) << last_error();
+  EXPECT_EQ(sonic_max_final_entries(SONIC_BACKEND_CPU, -1, &limit), SONIC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("device = -1"), std::string::npos) << last_error();
+  EXPECT_EQ(limit, 5);
+  if (sonic_cuda_available()) {
+    ASSERT_EQ(sonic_max_final_entries(SONIC_BACKEND_CUDA, 0, &limit), SONIC_OK) << last_error();
+    EXPECT_EQ(limit, sonic::max_final_entries(sonic::Backend::kCuda, 0));
+  } else {
+    EXPECT_EQ(sonic_max_final_entries(SONIC_BACKEND_CUDA, 0, &limit), SONIC_ERROR_UNSUPPORTED);
+    EXPECT_NE(last_error().find("sonic:"), std::string::npos) << last_error();
+    EXPECT_EQ(limit, 5);
+    ASSERT_EQ(sonic_max_final_entries(SONIC_BACKEND_AUTO, 0, &limit), SONIC_OK) << last_error();
+    EXPECT_EQ(limit, std::numeric_limits<int32_t>::max());
+  }
+}
+
 // CUDA asked for where there is none: a status, not a crash.
 TEST(CApi, CudaBackendUnavailable) {
   EXPECT_EQ(sonic_cuda_available(), sonic::cuda_available() ? 1 : 0);

@@ -1146,8 +1146,47 @@ TEST(CudaConfig, LimitsAreErrors) {
   }
   sonic::SamplerConfig c = make_config(sonic::Backend::kCuda, 1000, 1);
   c.max_rows = 65535;
-  c.max_final_entries = 16384;  // 128 KB: within an H100's or H200's limit
+  c.max_final_entries = sonic::max_final_entries(sonic::Backend::kCuda, 0);
   sonic::Sampler largest(c);
+}
+
+// sonic::max_final_entries is the limit Sampler applies: a sampler at it is made, one past it is
+// refused with the same number. kAuto is CUDA here; the query names a device that is not present
+// and leaves the calling thread's current device as it was.
+TEST(CudaConfig, MaxFinalEntriesIsTheLimit) {
+  const int32_t limit = sonic::max_final_entries(sonic::Backend::kCuda, 0);
+  EXPECT_GE(limit, 16384);  // 128 KB: compute capability 9.0 gives a block 227 KB
+  EXPECT_LT(limit, std::numeric_limits<int32_t>::max());
+  EXPECT_EQ(sonic::max_final_entries(sonic::Backend::kAuto, 0), limit);
+  sonic::SamplerConfig c = make_config(sonic::Backend::kCuda, 1000, 1);
+  c.max_final_entries = limit;
+  EXPECT_NO_THROW(sonic::Sampler{c});
+  c.max_final_entries = limit + 1;
+  try {
+    sonic::Sampler s(c);
+    ADD_FAILURE() << "no error";
+  } catch (const sonic::Error& e) {
+    EXPECT_EQ(e.code(), sonic::ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("at most " + std::to_string(limit) + " entries"), std::string::npos)
+        << e.what();
+  }
+  int devices = 0;
+  SONIC_TEST_CUDA(cudaGetDeviceCount(&devices));
+  try {
+    (void)sonic::max_final_entries(sonic::Backend::kCuda, devices);
+    ADD_FAILURE() << "no error";
+  } catch (const sonic::Error& e) {
+    EXPECT_EQ(e.code(), sonic::ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("device = " + std::to_string(devices)), std::string::npos) << e.what();
+  }
+  if (devices > 1) {
+    SONIC_TEST_CUDA(cudaSetDevice(1));
+    EXPECT_EQ(sonic::max_final_entries(sonic::Backend::kCuda, 0), limit);
+    int current = -1;
+    SONIC_TEST_CUDA(cudaGetDevice(&current));
+    EXPECT_EQ(current, 1);
+    SONIC_TEST_CUDA(cudaSetDevice(0));
+  }
 }
 
 // Every switch of the README rejects a malformed value when the sampler is made, naming it

@@ -196,3 +196,12 @@ def test_functional_call_on_device():
     got = sonic.sample(x, temperature=0.0)
     assert got.tokens.is_cuda
     assert torch.equal(got.tokens.long().cpu(), x.argmax(dim=-1).cpu())
+
+
+def test_functional_final_distribution_capacity_on_device():
+    # final_distribution=True: capacity V, at most sonic.max_final_entries('cuda', device).
+    limit = sonic.max_final_entries("cuda", torch.cuda.current_device())
+    for cols in (V, limit + 1000):
+        x = _logits(2, 52, cols=cols).cuda()
+        got = sonic.sample(x, temperature=1.0, final_distribution=True)
+        assert tuple(got.final_ids.shape) == (2, min(cols, limit))

@@ -130,3 +130,20 @@ def test_cuda_backend_without_a_gpu():
         pytest.skip("a GPU is present")
     with pytest.raises(RuntimeError):
         sonic.Sampler(8, max_slots=1, backend="cuda")
+
+
+def test_max_final_entries():
+    assert sonic.max_final_entries("cpu") == 2**31 - 1
+    assert sonic.max_final_entries(backend="cpu", device=0) == 2**31 - 1
+    with pytest.raises(ValueError, match="'backend'"):
+        sonic.max_final_entries("gpu")
+    with pytest.raises(ValueError, match="device = -1"):
+        sonic.max_final_entries("cpu", -1)
+    with pytest.raises(TypeError, match="'device'"):
+        sonic.max_final_entries("cpu", 0.5)
+    if sonic.cuda_available():
+        assert 16384 <= sonic.max_final_entries() < 2**31 - 1
+    else:
+        with pytest.raises(RuntimeError):
+            sonic.max_final_entries("cuda")
+        assert sonic.max_final_entries("auto") == 2**31 - 1
