@@ -66,15 +66,19 @@ class CudaBackend final : public SamplerBackend {
     SONIC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, config.device));
     sms_ = sms;
     // The exact sampler splits the flagged rows of a call that flags at most one row per SM across
-    // its blocks (at least sms of them).
+    // its blocks (at least sms of them), a slot of scratch each; a call that flags more gives each
+    // block a slot for its rows (one at a time), up to the largest grid it launches
+    // (min(max(rows, sms), exact_blocks_)): 64 KB a slot, 17.3 MB at 264 slots (132 SMs).
     cuda::prepare_exact_sample(config.device);
+    exact_blocks_ = 2 * sms;
     split_rows_ = sms;
-    const size_t split_bins = static_cast<size_t>(split_rows_) * cuda::kSplitBuckets;
+    split_slots_ = static_cast<int32_t>(std::max<int64_t>(split_rows_, std::min<int64_t>(rows, exact_blocks_)));
+    const size_t split_bins = static_cast<size_t>(split_slots_) * cuda::kSplitBuckets;
     split_mass_ = mem_.zeroed<unsigned long long>(split_bins);
     split_count_ = mem_.zeroed<uint32_t>(split_bins);
     split_best_ = mem_.zeroed<uint32_t>(split_bins);
-    split_total_ = mem_.zeroed<unsigned long long>(split_rows_);
-    split_flags_ = mem_.zeroed<int32_t>(2 * split_rows_);  // done, then nan
+    split_total_ = mem_.zeroed<unsigned long long>(split_slots_);
+    split_flags_ = mem_.zeroed<int32_t>(2 * split_slots_);  // done, then nan
     int major = 0;
     SONIC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, config.device));
     // Programmatic dependent launch needs compute capability 9.0.
@@ -221,8 +225,8 @@ class CudaBackend final : public SamplerBackend {
     if (job.fast.separate_stage2) cuda::launch_row_stage2(job, programmatic_launch_, stream);
     job.exact_flags = exact_flags_;
     job.split = cuda::SplitScratch{split_mass_, split_count_, split_best_, split_total_,
-                                   split_flags_, split_flags_ + split_rows_, split_rows_};
-    cuda::launch_exact_sample(job, 2 * sms_, programmatic_launch_, stream);
+                                   split_flags_, split_flags_ + split_slots_, split_rows_, split_slots_};
+    cuda::launch_exact_sample(job, exact_blocks_, programmatic_launch_, stream);
   }
 
   // Stage 2 in its own kernel (a block of 512 threads a row, one an SM for its registers) for calls
@@ -392,7 +396,9 @@ class CudaBackend final : public SamplerBackend {
   int32_t* counters_ = nullptr;
   unsigned long long* flagged_total_ = nullptr;
   int32_t* exact_flags_ = nullptr;
-  int32_t split_rows_ = 0;  // the exact sampler's split rows (SplitScratch)
+  int32_t exact_blocks_ = 0;  // the exact sampler's largest grid
+  int32_t split_rows_ = 0;    // the exact sampler's split rows (SplitScratch)
+  int32_t split_slots_ = 0;   // and its scratch slots
   unsigned long long* split_mass_ = nullptr;
   uint32_t* split_count_ = nullptr;
   uint32_t* split_best_ = nullptr;

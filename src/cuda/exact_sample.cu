@@ -499,6 +499,11 @@ __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& 
   }
 }
 
+// A split top-k row's last slice: its gathered keys and cut (defined after split_row).
+__device__ __forceinline__ bool split_top_k_gather(const RowJob& job, int32_t r, int32_t f, const SlotParams& p,
+                                                   float m, unsigned long long* cut, int32_t* n_out,
+                                                   unsigned long long* rest, Shared& sh, unsigned long long* gathered);
+
 // Split rows. A flagged row costs one block ~10 passes over the row, FP64-bound (a top-p-only flat
 // row: 1.3 ms at V = 151936), and a pass that one block makes alone waits a memory latency per
 // load. When the call flagged at most one row per SM, S >= 1 blocks take each (S = blocks / rows):
@@ -511,14 +516,31 @@ __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& 
 // best (usually one bucket), the tokens whose own screened score does: the kept set's winner is
 // among them (see split_row). It selects the cut in shared memory and draws over the gathered keys
 // alone (draw_kept).
+// Top-k rows of k <= kSplitGatherKeys are covered too (the list below means larger k): their kept
+// set lies among the row's k largest keys, so their last slice gathers every key of the bucket that
+// holds the k-th largest (found by the buckets' counts) and of the buckets above, and selects top-k
+// (by count), min-p and top-p (by mass, against the slices' exact total for the joint rule) among
+// them (split_top_k_gather); their slices skip the noise and the mass histogram.
 // Rows this does not cover (verification, any logprob, rank, top-N or final-distribution output,
-// greedy, top-k, untruncated, no valid token, a +inf maximum) take exact_row in their first slice's
+// greedy, top-k past kSplitGatherKeys, untruncated, no valid token, a +inf maximum) take exact_row in their first slice's
 // block; rows whose gathered keys would pass kSplitGatherKeys, in their last slice's.
+// A call that flags more rows than that (and asks for tokens only) gives each row one slice (S = 1):
+// block b takes the flagged rows b, b + blocks, ... one after the other, each in scratch slot b,
+// which the row's only slice has reset before the next (exact_sample_kernel). At S = 1 a block
+// streams its row in batched loads and, once the cut's bucket is known, one gather pass, where
+// exact_row makes about 11 dependent passes; the arithmetic is the same at every S.
 constexpr int32_t kSplitGatherKeys = 8192;  // keys the last slice gathers into shared memory
 constexpr int kSliceLoads = 4;              // logits a slice's thread has in flight
 constexpr size_t kSplitSharedBytes = 4 * kSplitBuckets * sizeof(uint32_t);  // a slice's histogram
 // The last slice's: the gathered keys, then a byte a bucket (whether its keys are gathered).
 constexpr size_t kSplitGatherBytes = kSplitGatherKeys * sizeof(unsigned long long) + kSplitBuckets;
+
+// Whether a call's rows may be split: split_row covers none of a call that asks for logprobs, ranks,
+// top-N or final distributions, or verifies (the same for every row of the call).
+__device__ __forceinline__ bool split_call(const RowJob& job) {
+  const RowOutputs& out = job.out;
+  return job.verify.num_requests == 0 && !out.logprob && !out.rank && !out.top_ids && !out.final_ids;
+}
 
 // The f-th row (0-based) whose exact flag is set, for the whole block.
 __device__ int32_t nth_flagged_row(const RowJob& job, int32_t f, Shared& sh) {
@@ -537,8 +559,9 @@ __device__ int32_t nth_flagged_row(const RowJob& job, int32_t f, Shared& sh) {
   return sh.split_row;
 }
 
-// Slice s of S of flagged row r (split row f); see above. True when this block is to take the row
-// by exact_row instead (its first slice for a row this does not cover, its last for a crowded one).
+// Slice s of S of flagged row r, its sums in scratch slot f (f < split.slots; one row at a time:
+// the row's last slice resets the slot); see above. True when this block is to take the row by
+// exact_row instead (its first slice for a row this does not cover, its last for a crowded one).
 //
 // Why the gathered keys hold the winner: let F be the best screened score f_t = z_t + G_fast(u_t)
 // over the kept set. The exact score of any token is within kFastNoiseSlack of f_t, so a token with
@@ -556,13 +579,13 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   int32_t slot = -1;
   const int32_t* mask = nullptr;
   VerifyRow w;
-  bool covered = job.verify.num_requests == 0 && !out.logprob && !out.rank && !out.top_ids && !out.final_ids &&
-                 resolve_call_row(job, r, &slot, &mask, &w) == kRowOk;
+  bool covered = split_call(job) && resolve_call_row(job, r, &slot, &mask, &w) == kRowOk;
   RowPrologue pro;
   if (covered) {
     pro = call_row_prologue(job, slot, mask, w);
     const SlotParams& p = pro.p;
-    covered = !pro.greedy && !(p.top_k > 0 && p.top_k < V) && (p.top_p < 1.0f || p.min_p > 0.0f);
+    const bool top_k_on = p.top_k > 0 && p.top_k < V;
+    covered = !pro.greedy && (top_k_on ? p.top_k <= kSplitGatherKeys : p.top_p < 1.0f || p.min_p > 0.0f);
   }
   // The row's maximum z from stage 1's chunk statistics (keys of x after steps 1-4, the same code
   // as pro.apply's; the temperature keeps their order), so that the masses need no pass of their own.
@@ -581,6 +604,10 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   unsigned long long cut = every_valid_cut();
   if (p.min_p > 0.0f) cut = max(cut, threshold_cut(min_z));
   auto mass_of = [&](float zt) { return fixed_mass(zt, md); };  // zt > -inf
+  // Top-k rows: the last slice selects among the k largest keys (split_top_k_gather); the slices
+  // count keys by bucket and sum the exact total only where the joint rule measures against it.
+  const bool top_k_row = p.top_k > 0 && p.top_k < V;
+  const bool slice_mass = !top_k_row || (joint && p.top_p < 1.0f);
   const uint64_t seed = p.seed, step = tab.step[slot];
   const uint32_t purpose = detail::purpose(detail::Draw::kSampling, pro.position);
   const size_t elem = job.dtype == DType::kF32 ? 4 : 2;
@@ -612,13 +639,15 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
     const int32_t t = lo + i;
     const float zt = store_z_of(job, pro, t, x, z, &nan_seen);
     if (!(zt > -INFINITY)) return;
-    const unsigned long long wt = mass_of(zt);
     const int b = static_cast<int>(score_key(zt, t) >> 52);
-    add_split_u64(h_lo, h_hi, b, wt);
     atomicAdd(&h_n[b], 1u);
     const bool survives = zt >= min_z;
-    if (joint || survives) total += wt;
-    if (survives) {  // (only the buckets above the cut's read the bound: all their tokens survive)
+    if (slice_mass) {
+      const unsigned long long wt = mass_of(zt);
+      if (!top_k_row) add_split_u64(h_lo, h_hi, b, wt);
+      if (joint || survives) total += wt;
+    }
+    if (survives && !top_k_row) {  // (only the buckets above the cut's read the bound: all their tokens survive)
       const float g = gumbel_fast(seed, step, purpose, t);
       atomicMax(&h_best[b], detail::order_bits(__fadd_ru(zt, g)));  // >= the double sum draw_kept forms
     }
@@ -643,80 +672,89 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   if (!sh.split_last) return false;  // the row's last slice goes on alone
   __threadfence();
   const int32_t row_nan = __ldcg(&job.split.nan[f]);
-
-  // The bucket where the cumulative mass reaches top-p's target (-1: none).
-  unsigned long long target = 0;
-  if (threadIdx.x == 0) sh.split_bucket = -1;
-  if (p.top_p < 1.0f) {
-    target = static_cast<unsigned long long>(
-        ceil(static_cast<double>(p.top_p) * static_cast<double>(__ldcg(&job.split.total[f]))));
-    __syncthreads();
-    if (target > 0)
-      BlockSelect<kBlock>::crossing_bucket<kSplitBuckets>([&](int b) { return __ldcg(&g_mass[b]); }, target, sh.select,
-                                                          &sh.split_bucket, &sh.split_above);
-  }
-  __syncthreads();
-  const int b_p = sh.split_bucket;  // -1: no top-p, target 0, or rounding left it above the total
-  const int b_c = max(static_cast<int>(cut >> 52), b_p);  // the cut's bucket; those above are kept whole
-
-  // The buckets above b_c to gather: hi_b >= lb - 2 * slack (lb: the next float below the largest).
-  uint32_t lb = 0;
-  for (int b = b_c + 1 + threadIdx.x; b < kSplitBuckets; b += kBlock) {
-    const uint32_t hb = __ldcg(&g_best[b]);
-    if (hb) lb = max(lb, detail::order_bits(nextafterf(detail::order_bits_to_float(hb), -INFINITY)));
-  }
-  lb = static_cast<uint32_t>(block_max_u64(lb, sh));
-  const double reach = lb ? static_cast<double>(detail::order_bits_to_float(lb)) - 2.0 * kFastNoiseSlack
-                          : static_cast<double>(INFINITY);
-  // gathered[0, kSplitGatherKeys) lies over the slice's histogram (flushed); `take` just beyond it.
-  uint8_t* take = reinterpret_cast<uint8_t*>(gathered + kSplitGatherKeys);
-  for (int b = threadIdx.x; b < kSplitBuckets; b += kBlock) {
-    const uint32_t hb = b > b_c ? __ldcg(&g_best[b]) : 0u;
-    take[b] = hb && static_cast<double>(detail::order_bits_to_float(hb)) >= reach;
-  }
-  const int32_t n_cut = static_cast<int32_t>(__ldcg(&g_count[b_c]));
-  const unsigned long long rest = b_p == b_c ? target - sh.split_above : 0;  // top-p's mass left in b_c
-  const bool fits = n_cut <= kSplitGatherKeys;
-  // The row's scratch back to zero for the next call (every slice has added to it).
-  __syncthreads();
-  for (int b = threadIdx.x; b < kSplitBuckets; b += kBlock) {
-    g_mass[b] = 0;
-    g_count[b] = 0;
-    g_best[b] = 0;
-  }
-  if (threadIdx.x == 0) {
-    job.split.total[f] = 0;
-    job.split.done[f] = 0;
-    job.split.nan[f] = 0;
-  }
-  timeline_mark(kMarkMerged);
-  if (!fits) return true;  // a plateau crowds the gathered buckets: the one-block path
-
-  // One pass over z: b_c's keys (n_cut) from the front of `gathered`; from the back, the taken
-  // buckets' tokens whose screened score reaches `reach` (draw_kept's formula), while room is left.
-  if (threadIdx.x == 0) sh.gather_count = sh.split_back = 0;
-  __syncthreads();
-  const int32_t room = kSplitGatherKeys - n_cut;
-  block_pass<kBlock, 8>(V, -INFINITY, [&](int32_t t) { return __ldcg(z + t); }, [&](int32_t t, float zt) {
-    if (!(zt > -INFINITY)) return;
-    const unsigned long long k = pack_key(zt, t);
-    const int b = static_cast<int>(k >> 52);
-    if (b == b_c) {
-      gathered[atomicAdd(&sh.gather_count, 1)] = k;
-    } else if (b > b_c && take[b]) {
-      const float g = gumbel_fast(seed, step, purpose, t);
-      if (static_cast<double>(zt) + static_cast<double>(g) >= reach) {
-        const int32_t i = atomicAdd(&sh.split_back, 1);
-        if (i < room) gathered[kSplitGatherKeys - 1 - i] = k;
-      }
+  // The gathered keys: gathered[0, n_front) (the cut's bucket, or a top-k row's buckets) and
+  // gathered[kSplitGatherKeys - n_back, kSplitGatherKeys) (near-best tokens above the cut's bucket);
+  // rest: top-p's mass to reach within the front keys (0: none).
+  int32_t n_front = 0, n_back = 0;
+  unsigned long long rest = 0;
+  if (top_k_row) {
+    if (split_top_k_gather(job, r, f, p, m, &cut, &n_front, &rest, sh, gathered)) return true;
+  } else {
+    // The bucket where the cumulative mass reaches top-p's target (-1: none).
+    unsigned long long target = 0;
+    if (threadIdx.x == 0) sh.split_bucket = -1;
+    if (p.top_p < 1.0f) {
+      target = static_cast<unsigned long long>(
+          ceil(static_cast<double>(p.top_p) * static_cast<double>(__ldcg(&job.split.total[f]))));
+      __syncthreads();
+      if (target > 0)
+        BlockSelect<kBlock>::crossing_bucket<kSplitBuckets>([&](int b) { return __ldcg(&g_mass[b]); }, target,
+                                                            sh.select, &sh.split_bucket, &sh.split_above);
     }
-  });
-  __syncthreads();
-  const int32_t n_front = sh.gather_count, n_back = sh.split_back;
-  timeline_mark(kMarkListed);
-  if (n_back > room) return true;  // more near-best tokens than room: the one-block path
+    __syncthreads();
+    const int b_p = sh.split_bucket;  // -1: no top-p, target 0, or rounding left it above the total
+    const int b_c = max(static_cast<int>(cut >> 52), b_p);  // the cut's bucket; those above are kept whole
+
+    // The buckets above b_c to gather: hi_b >= lb - 2 * slack (lb: the next float below the largest).
+    uint32_t lb = 0;
+    for (int b = b_c + 1 + threadIdx.x; b < kSplitBuckets; b += kBlock) {
+      const uint32_t hb = __ldcg(&g_best[b]);
+      if (hb) lb = max(lb, detail::order_bits(nextafterf(detail::order_bits_to_float(hb), -INFINITY)));
+    }
+    lb = static_cast<uint32_t>(block_max_u64(lb, sh));
+    const double reach = lb ? static_cast<double>(detail::order_bits_to_float(lb)) - 2.0 * kFastNoiseSlack
+                            : static_cast<double>(INFINITY);
+    // gathered[0, kSplitGatherKeys) lies over the slice's histogram (flushed); `take` just beyond it.
+    uint8_t* take = reinterpret_cast<uint8_t*>(gathered + kSplitGatherKeys);
+    for (int b = threadIdx.x; b < kSplitBuckets; b += kBlock) {
+      const uint32_t hb = b > b_c ? __ldcg(&g_best[b]) : 0u;
+      take[b] = hb && static_cast<double>(detail::order_bits_to_float(hb)) >= reach;
+    }
+    const int32_t n_cut = static_cast<int32_t>(__ldcg(&g_count[b_c]));
+    rest = b_p == b_c ? target - sh.split_above : 0;  // top-p's mass left in b_c
+    const bool fits = n_cut <= kSplitGatherKeys;
+    // The row's scratch back to zero for the next call (every slice has added to it).
+    __syncthreads();
+    for (int b = threadIdx.x; b < kSplitBuckets; b += kBlock) {
+      g_mass[b] = 0;
+      g_count[b] = 0;
+      g_best[b] = 0;
+    }
+    if (threadIdx.x == 0) {
+      job.split.total[f] = 0;
+      job.split.done[f] = 0;
+      job.split.nan[f] = 0;
+    }
+    timeline_mark(kMarkMerged);
+    if (!fits) return true;  // a plateau crowds the gathered buckets: the one-block path
+
+    // One pass over z: b_c's keys (n_cut) from the front of `gathered`; from the back, the taken
+    // buckets' tokens whose screened score reaches `reach` (draw_kept's formula), while room is left.
+    if (threadIdx.x == 0) sh.gather_count = sh.split_back = 0;
+    __syncthreads();
+    const int32_t room = kSplitGatherKeys - n_cut;
+    block_pass<kBlock, 8>(V, -INFINITY, [&](int32_t t) { return __ldcg(z + t); }, [&](int32_t t, float zt) {
+      if (!(zt > -INFINITY)) return;
+      const unsigned long long k = pack_key(zt, t);
+      const int b = static_cast<int>(k >> 52);
+      if (b == b_c) {
+        gathered[atomicAdd(&sh.gather_count, 1)] = k;
+      } else if (b > b_c && take[b]) {
+        const float g = gumbel_fast(seed, step, purpose, t);
+        if (static_cast<double>(zt) + static_cast<double>(g) >= reach) {
+          const int32_t i = atomicAdd(&sh.split_back, 1);
+          if (i < room) gathered[kSplitGatherKeys - 1 - i] = k;
+        }
+      }
+    });
+    __syncthreads();
+    n_front = sh.gather_count;
+    n_back = sh.split_back;
+    timeline_mark(kMarkListed);
+    if (n_back > room) return true;  // more near-best tokens than room: the one-block path
+  }
   // Top-p's cut within b_c: the largest key whose mass at or above it, with the buckets above,
-  // reaches the target.
+  // reaches the target (a top-k row's: over its gathered keys, which every key above the cut joins).
   if (rest > 0)
     cut = max(cut, BlockSelect<kBlock>::select_desc(
                        n_front, rest, [&](int32_t i) { return gathered[i]; },
@@ -730,6 +768,96 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
     out.tokens[r] = d.token;
     if (out.status) out.status[r] = row_nan ? kStatusNaN : 0;
   }
+  return false;
+}
+
+// The last slice of a split top-k row (split_row: every slice has added its bucket counts and, for
+// the joint rule, its exact total). exact_row's kept set is {key >= max(c_minp, c_k, c_p)}: c_minp
+// min-p's cut (*cut on entry), c_k the k-th largest valid key when the row has more than k (when
+// min-p binds harder, c_k < c_minp or {key >= c_k} is min-p's set: the same set), c_p the largest
+// key whose fixed mass at or above reaches ceil(top_p x total), the total being every valid
+// token's (joint, or nothing else cuts) or the mass of {key >= max(c_minp, c_k)} (sequential). The
+// bucket b_k that holds the k-th largest key bounds them all from below, except a c_p below it,
+// which then does not cut past c_k. So the keys of b_k and of the buckets above (fewer than k above,
+// plus b_k's) are all the cut needs: over them, the mass at or above any of their keys is the whole
+// row's. A row of at most k valid keys gathers every valid key. The masses are the same fixed-point
+// integers, so the cut is exact_row's, and draw_kept over the gathered keys with it is its draw.
+// Gathers those keys into gathered[0, *n), applies top-k to *cut and sets *rest to top-p's target
+// when the crossing lies among them (0: top-p does not cut past *cut). True when they would pass
+// kSplitGatherKeys (exact_row takes the row).
+__device__ __forceinline__ bool split_top_k_gather(const RowJob& job, int32_t r, int32_t f, const SlotParams& p,
+                                                   float m, unsigned long long* cut, int32_t* n_out,
+                                                   unsigned long long* rest, Shared& sh, unsigned long long* gathered) {
+  const int32_t V = job.table.vocab_size;
+  unsigned long long* g_mass = job.split.mass + static_cast<int64_t>(f) * kSplitBuckets;
+  uint32_t* g_count = job.split.count + static_cast<int64_t>(f) * kSplitBuckets;
+  uint32_t* g_best = job.split.best + static_cast<int64_t>(f) * kSplitBuckets;
+  const unsigned long long k = static_cast<unsigned long long>(p.top_k);
+  // The bucket of the k-th largest valid key by the buckets' counts, and the keys above it (none
+  // found: at most k - 1 valid keys, all gathered from bucket 0 up).
+  if (threadIdx.x == 0) {
+    sh.split_bucket = -1;
+    sh.split_above = 0;
+  }
+  __syncthreads();
+  BlockSelect<kBlock>::crossing_bucket<kSplitBuckets>(
+      [&](int b) { return static_cast<unsigned long long>(__ldcg(&g_count[b])); }, k, sh.select, &sh.split_bucket,
+      &sh.split_above);
+  __syncthreads();
+  const bool k_binds = sh.split_bucket >= 0;
+  const int b_k = k_binds ? sh.split_bucket : 0;
+  const bool fits =
+      !k_binds || sh.split_above + __ldcg(&g_count[b_k]) <= static_cast<unsigned long long>(kSplitGatherKeys);
+  const unsigned long long row_total = __ldcg(&job.split.total[f]);  // every valid token's (joint top-p only)
+  // The row's scratch back to zero for the next call (every slice has added to it).
+  __syncthreads();
+  for (int b = threadIdx.x; b < kSplitBuckets; b += kBlock) {
+    g_mass[b] = 0;
+    g_count[b] = 0;
+    g_best[b] = 0;
+  }
+  if (threadIdx.x == 0) {
+    job.split.total[f] = 0;
+    job.split.done[f] = 0;
+    job.split.nan[f] = 0;
+    sh.gather_count = 0;
+  }
+  timeline_mark(kMarkMerged);
+  if (!fits) return true;  // a plateau crowds b_k: the one-block path
+
+  // One pass over z: every valid key in b_k and above.
+  const float* z = job.z + static_cast<int64_t>(r) * V;
+  __syncthreads();
+  block_pass<kBlock, 8>(V, -INFINITY, [&](int32_t t) { return __ldcg(z + t); }, [&](int32_t t, float zt) {
+    if (!(zt > -INFINITY)) return;
+    const unsigned long long key = pack_key(zt, t);
+    if (static_cast<int>(key >> 52) >= b_k) {
+      const int32_t i = atomicAdd(&sh.gather_count, 1);
+      if (i < kSplitGatherKeys) gathered[i] = key;  // (the counts bound i: a guard only)
+    }
+  });
+  __syncthreads();
+  const int32_t n = min(sh.gather_count, kSplitGatherKeys);
+  timeline_mark(kMarkListed);
+  // Step 7: the k-th largest key (n >= k when it binds).
+  if (k_binds)
+    *cut = max(*cut, BlockSelect<kBlock>::select_desc(n, k, [&](int32_t i) { return gathered[i]; },
+                                                      [](int32_t) { return 1ull; }, sh.select));
+  // Step 8's target (exact_row's rules): against the row's total (joint) or the survivors' mass.
+  *rest = 0;
+  if (p.top_p < 1.0f) {
+    // The mass of the gathered keys (joint) or of those at or above the cut (sequential: the total).
+    const bool joint = p.flags & kSlotTopPJoint;
+    unsigned long long g = 0;
+    for (int32_t i = threadIdx.x; i < n; i += kBlock)
+      if (joint || gathered[i] >= *cut) g += fixed_mass(detail::key_value(gathered[i]), static_cast<double>(m));
+    g = block_sum_u64(g, sh);
+    const double total = static_cast<double>(joint ? row_total : g);
+    const unsigned long long target = static_cast<unsigned long long>(ceil(static_cast<double>(p.top_p) * total));
+    // Joint, a target above g: the crossing lies below every gathered key, so under the cut.
+    if (target <= g) *rest = target;
+  }
+  *n_out = n;
   return false;
 }
 
@@ -757,17 +885,24 @@ __global__ void __launch_bounds__(kBlock) exact_sample_kernel(RowJob job) {
     return;
   }
   const int32_t flagged = job.exact_flags ? __ldcg(job.fast.flagged) : 0;
-  const int32_t S = flagged > 0 ? static_cast<int32_t>(gridDim.x) / flagged : 1;  // blocks a flagged row
-  // Split (at most split.rows flagged, so S >= 1): block b takes slice b % S of the (b / S)-th flagged
-  // row, one item. Otherwise a grid-stride over the rows. One call site of exact_row, so that it is
+  const int32_t blocks = static_cast<int32_t>(gridDim.x), b = static_cast<int32_t>(blockIdx.x);
+  // Split across blocks (at most split.rows flagged, so S = blocks / flagged >= 1): block b takes
+  // slice b % S of the (b / S)-th flagged row, one item, in scratch slot b / S.
+  const int32_t spread_S = flagged > 0 ? blocks / flagged : 1;
+  const bool spread = spread_S >= 1 && flagged <= job.split.rows;
+  // One slice a row (more flagged rows, a call whose rows split_row may cover, a slot a block): block
+  // b takes the flagged rows b, b + blocks, ... whole (S = 1), one after the other, in slot b.
+  const bool whole = !spread && blocks <= job.split.slots && split_call(job);
+  // Otherwise a grid-stride over the rows by exact_row. One call site of exact_row, so that it is
   // inlined once.
-  const bool split = S >= 1 && flagged <= job.split.rows;
-  const int32_t end = split ? flagged : job.rows, stride = split ? flagged : static_cast<int32_t>(gridDim.x);
-  for (int32_t i = split ? static_cast<int32_t>(blockIdx.x) / S : static_cast<int32_t>(blockIdx.x); i < end; i += stride) {
+  const bool split = spread || whole;
+  const int32_t S = spread ? spread_S : 1;  // blocks a flagged row
+  const int32_t end = split ? flagged : job.rows, stride = spread ? flagged : blocks;
+  for (int32_t i = spread ? b / S : b; i < end; i += stride) {
     const int32_t r = split ? nth_flagged_row(job, i, sh) : i;
-    if (r >= 0 && (!split || split_row(job, r, i, static_cast<int32_t>(blockIdx.x) % S, S, sh, gathered)))
+    if (r >= 0 && (!split || split_row(job, r, spread ? i : b, b % S, S, sh, gathered)))
       exact_row(job, r, sh, gathered);
-    __syncthreads();  // the next row reuses the shared memory
+    __syncthreads();  // the next row reuses the shared memory (and, whole, the scratch slot)
   }
   if (threadIdx.x == 0) {
     __threadfence();
@@ -818,7 +953,8 @@ void launch_exact_sample(const RowJob& job, int32_t max_blocks, bool programmati
   size_t smem = job.out.final_ids ? static_cast<size_t>(job.out.final_capacity) * 8 : 0;
   if (job.split.rows > 0) smem = std::max(smem, std::max(kSplitSharedBytes, kSplitGatherBytes));
   // At least split.rows blocks (those beyond the rows only commit when nothing is flagged), so that
-  // a small batch's flagged rows are split across them.
+  // a small batch's flagged rows are split across them; a call that flags more rows gives a block
+  // its own scratch slot when max_blocks <= split.slots (the backend sizes them so), else exact_row.
   const int32_t want = std::max(job.rows, job.split.rows);
   const int32_t blocks = want < max_blocks ? want : max_blocks;
   // Programmatic dependent launch: the launch overlaps the last stage-2 blocks of the kernel before.

@@ -141,18 +141,21 @@ struct VerifyJob {
 };
 
 // The exact sampler's scratch for the rows it splits across blocks (exact_sample.cu, split_row): for
-// split row f < rows, a histogram by the keys' top 12 bits of the valid tokens' fixed-point masses,
+// a slot f < slots, a histogram by the keys' top 12 bits of the valid tokens' fixed-point masses,
 // counts and best screened Gumbel score, the mass top-p measures against, the slices done and a NaN
-// flag. Zero between calls: each row's last slice resets its part.
+// flag. A call that flags at most `rows` rows splits each across blocks, flagged row f in slot f; one
+// that flags more gives each row one block, block b's rows one after the other in slot b (when the
+// grid has at most `slots` blocks). Zero between rows: each row's last slice resets its slot.
 constexpr int32_t kSplitBuckets = 4096;
 struct SplitScratch {
-  unsigned long long* mass;   // [rows, kSplitBuckets]
-  uint32_t* count;            // [rows, kSplitBuckets]
-  uint32_t* best;             // [rows, kSplitBuckets] order bits of the largest screened score, rounded up
-  unsigned long long* total;  // [rows]
-  int32_t* done;              // [rows]
-  int32_t* nan;               // [rows]
-  int32_t rows;               // rows split at once (0: none)
+  unsigned long long* mass;   // [slots, kSplitBuckets]
+  uint32_t* count;            // [slots, kSplitBuckets]
+  uint32_t* best;             // [slots, kSplitBuckets] order bits of the largest screened score, rounded up
+  unsigned long long* total;  // [slots]
+  int32_t* done;              // [slots]
+  int32_t* nan;               // [slots]
+  int32_t rows;               // rows split across blocks at most (0: none)
+  int32_t slots;              // >= rows
 };
 
 struct RowJob {

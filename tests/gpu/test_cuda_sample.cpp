@@ -717,6 +717,84 @@ TEST(CudaExactPath, WideNucleusMatchesReference) { wide_nucleus_agrees(151936, {
 // The same at vocabularies small enough for compute-sanitizer: more slices than a slice has tokens.
 TEST(CudaExactPath, WideNucleusSmallVocabulary) { wide_nucleus_agrees(1000, {{3, 6}, {12, 3}}); }
 
+// Calls that flag more rows than the exact kernel splits across blocks (one an SM): a call that asks
+// for tokens only (the last third of the steps) then gives each flagged row one block (S = 1), and
+// each block its rows one after the other in its own slot of the split scratch, which every row
+// leaves at zero for the next; the other calls take exact_row for every flagged row. The rows
+// split_row covers (top-p alone or joint, top-p with min-p, min-p alone, on wide rows: rules on many
+// of them, every row kind of random_batch) are mixed in one call with rows it leaves to exact_row in
+// the same block: top-k over a large share of the vocabulary, greedy, +inf, no valid token, random
+// parameters and, at V >= 16384, rows where a third of the tokens tie at the top and the top-p cut
+// falls among them (more keys than the gather holds: exact_row after the slot's reset). R =
+// rows_per_sm rows an SM; each tokens-only call must flag more than min_flagged_per_sm rows an SM
+// (2: more rows than the kernel's 2 * SMs blocks, so that blocks take two rows or more). Tokens (and,
+// in the other calls, logprobs, ranks and final distributions) must be the reference's.
+void many_flagged_rows_agree(int32_t V, int32_t rows_per_sm, int32_t min_flagged_per_sm,
+                             std::initializer_list<std::pair<sonic::DType, int>> runs) {
+  int sms = 0;
+  SONIC_TEST_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int32_t R = rows_per_sm * sms + 7;
+  for (const auto& [dtype, steps] : runs) {
+    std::mt19937_64 rng(5353 + V + static_cast<int>(dtype));
+    Batch b = random_batch(rng, V, R, dtype, kTopN, /*with_bitmask=*/true);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (int32_t r = 0; r < R; ++r) {
+      sonic::RequestParams& p = b.params[r];
+      const int what = r % 10;
+      if (what == 8) continue;  // random_params's own: greedy, or small top-k, top-p, min-p
+      p.top_k = 0;
+      p.top_p = 1.0f;
+      p.min_p = 0.0f;
+      p.top_p_joint = u(rng) < 0.3f;
+      // z's spread 0.5 to 1 (random_batch's logits: N(0, 1) in flat rows, N(0, 9) in the others):
+      // a top-p nucleus or min-p's survivors of most of the valid tokens. A bitmask on a quarter of
+      // the rows (it leaves half the tokens).
+      p.temperature = (b.kinds[r] == RowKind::kFlat ? 1.0f : 3.0f) / (0.5f + 0.5f * u(rng));
+      if (u(rng) < 0.75f) b.bitmask_index[r] = -1;
+      const float wide_p = 0.95f + 0.049f * u(rng);
+      if (what <= 2) {
+        p.top_p = wide_p;
+      } else if (what == 3) {
+        p.top_p = wide_p;
+        p.min_p = 0.0005f + 0.005f * u(rng);
+      } else if (what <= 5) {
+        p.min_p = 0.0005f + 0.005f * u(rng);
+      } else if (what == 6) {  // top-k: exact_row (split_row takes no top-k row)
+        p.top_k = V / 4 + static_cast<int32_t>(rng() % (V / 2));
+        if (u(rng) < 0.5f) p.top_p = wide_p;
+      } else if (what == 7) {
+        p.temperature = 0.0f;
+      } else if (V >= 16384) {  // what == 9: ties at the top (a third of the ids), the rest 3 below
+        float* row = b.logits.data() + static_cast<size_t>(r) * b.cols;
+        for (int32_t t = 0; t < V; ++t) row[t] = t % 3 == 0 ? 1.0f : round_to_dtype(normal(rng) - 2.0f, dtype);
+        b.kinds[r] = RowKind::kPlateau;
+        p.temperature = 0.7f + 0.8f * u(rng);
+        p.top_p = 0.3f + 0.4f * u(rng);  // the ties hold 75 % of the mass or more
+        p.allowed_tokens.clear();
+      } else {
+        p.top_p = wide_p;
+      }
+    }
+    std::vector<uint64_t> flagged;
+    const AgreementCount n = agreement_on(b, steps, 0, &flagged);
+    std::printf("many flagged rows V=%d, %d rows, dtype=%d, %d SMs: %d rows compared, %d near-tie disagreements, "
+                "rows flagged by call:", V, R, static_cast<int>(dtype), sms, n.compared, n.near_ties);
+    for (const uint64_t f : flagged) std::printf(" %llu", static_cast<unsigned long long>(f));
+    std::printf("\n");
+    EXPECT_LE(n.near_ties, n.compared / 20);  // each one checked to be a near-tie by compare()
+    for (int step = steps - steps / 3; step < steps; ++step)  // the tokens-only calls
+      EXPECT_GT(flagged[step], static_cast<uint64_t>(min_flagged_per_sm) * sms) << "call " << step;
+  }
+}
+
+TEST(CudaExactPath, ManyFlaggedRowsMatchReference) {
+  many_flagged_rows_agree(32000, 4, 2, {{sonic::DType::kF32, 6}, {sonic::DType::kBF16, 3}});
+}
+// The same at a vocabulary small enough for compute-sanitizer (fewer rows flagged: a bitmask, -inf
+// rows and the fast path's gather take more of them).
+TEST(CudaExactPath, ManyFlaggedRowsSmallVocabulary) { many_flagged_rows_agree(1000, 5, 1, {{sonic::DType::kF32, 3}}); }
+
 // Top-p alone (no top-k, no min-p), the rows' other parameters random (penalties, bias, lists, top
 // N), every row kind, temperatures 0.3-1.2 and top-p 0.5-0.99: at V = 151936 stage 1 leaves about
 // 1100 candidates at a peaked row's bound, more than stage 2 sorts, while the nucleus is often far
@@ -794,6 +872,113 @@ void crowded_top_agrees(int32_t V) {
 
 TEST(CudaExactPath, CrowdedTopTokensMatchReference) { crowded_top_agrees(151936); }
 TEST(CudaExactPath, CrowdedTopTokensSmallVocabulary) { crowded_top_agrees(3001); }
+
+// Top-k rows on the exact path (exact_sample.cu: split_row covers top-k up to kSplitGatherKeys and
+// selects among the keys of the k-th key's bucket and above, tokens-only calls; exact_row takes them
+// otherwise). The rows are made to be flagged, four families by r % 4, random penalties, lists, bias,
+// a bitmask and NaN logits beside:
+//  0, 3: top-k 800-4000 on flat rows, past the 768 keys stage 2 sorts, with top-p (joint or
+//        sequential) and min-p or neither;
+//  1: plateaus: a level group of tokens above the rest (itself in steps of 0.5), top-k inside the
+//     group (the k-th key ties with others by value, split by id) or just past it, every rule;
+//  2: top-k 50-500 with joint top-p at |z| near 10^4 (fp32: x = 100 + 0.03 N(0, 1), T 0.01), where
+//     stage 1's fp32 total leaves a margin of about 1e-3 that the crossing mostly falls within (the
+//     bench's "kind 3" rows, undecided now and then at ordinary |z|, always here).
+// At V = 32000 also a row of top-k 9000 (past the split's gather: exact_row from the first slice)
+// and a plateau of 9000 tied tokens at the top with top-k 100 (the k-th key's bucket crowds the
+// gather: exact_row from the last slice), and a row of 2000 allowed tokens under top-k 4000 (fewer
+// valid keys than k: every valid key gathered). Agreement token for token (near-ties only), over 9 calls,
+// the last three tokens-only; the rows must have taken the exact path.
+void top_k_exact_agrees(int32_t V, std::initializer_list<std::pair<int32_t, int>> batches) {
+  for (const auto& [rows, steps] : batches)
+    for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16}) {
+      std::mt19937_64 rng(5151 + V + rows + static_cast<int>(dtype));
+      Batch b = random_batch(rng, V, rows, dtype, kTopN, /*with_bitmask=*/true);
+      std::uniform_real_distribution<float> u(0.0f, 1.0f);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      const bool small = V < 4096;
+      for (int32_t r = 0; r < rows; ++r) {
+        float* row = b.logits.data() + static_cast<size_t>(r) * b.cols;
+        sonic::RequestParams& p = b.params[r];
+        p.temperature = 0.7f + 0.6f * u(rng);
+        p.top_p = 1.0f;
+        p.min_p = 0.0f;
+        p.top_p_joint = u(rng) < 0.5f;
+        const float rule = u(rng);
+        const int family = r % 4;
+        if (family == 1) {  // a plateau group above the rest, the k-th key inside it or just past it
+          const int32_t group =
+              small ? 60 + static_cast<int32_t>(rng() % 240) : 300 + static_cast<int32_t>(rng() % 1200);
+          for (int32_t t = 0; t < V; ++t) row[t] = std::round(normal(rng) * 2.0f) / 2.0f;
+          for (int32_t j = 0; j < group; ++j) row[rng() % V] = 5.5f;
+          p.top_k = u(rng) < 0.7f ? 20 + static_cast<int32_t>(rng() % (group - 20))
+                                  : group + 1 + static_cast<int32_t>(rng() % 100);
+          if (rule < 0.4f) p.top_p = 0.5f + 0.49f * u(rng);
+          else if (rule < 0.7f) p.min_p = 0.01f + 0.3f * u(rng);
+          b.kinds[r] = RowKind::kPlateau;
+        } else if (family == 2) {  // top-k 50-500, joint top-p at large |z|
+          const bool wide = dtype == sonic::DType::kF32;  // bf16 cannot hold x = 100 + 0.03 N(0, 1)
+          for (int32_t t = 0; t < V; ++t) row[t] = wide ? 100.0f + 0.03f * normal(rng) : 3.0f * normal(rng);
+          p.temperature = wide ? 0.01f : 0.8f;
+          p.top_k = small ? 50 + static_cast<int32_t>(rng() % 150) : 50 + static_cast<int32_t>(rng() % 451);
+          p.top_p = 0.2f + 0.5f * u(rng);
+          p.top_p_joint = true;
+          if (rule < 0.3f) p.min_p = 0.001f * u(rng);
+          p.repetition_penalty = 1.0f;  // x / rho would move x = 100 by 10^4 / T: no truncation left
+          p.logit_bias.clear();
+          b.kinds[r] = wide ? RowKind::kFlat : RowKind::kPeaked;
+        } else {  // top-k past stage 2's sorted prefix
+          for (int32_t t = 0; t < V; ++t) row[t] = normal(rng);
+          p.top_k = small ? 200 + static_cast<int32_t>(rng() % 700) : 800 + static_cast<int32_t>(rng() % 3201);
+          if (rule < 0.6f) p.top_p = 0.5f + 0.49f * u(rng);
+          if (rule > 0.4f && u(rng) < 0.6f) p.min_p = 0.001f + 0.02f * u(rng);
+          b.kinds[r] = RowKind::kFlat;
+        }
+        if (!small && r == 0) {  // top-k past the split's gather: exact_row
+          p.top_k = 9000;
+          p.top_p = 0.95f;
+        }
+        if (!small && r == 2) {  // fewer valid tokens (2000) than k, more than stage 2 sorts
+          p.allowed_tokens.clear();
+          for (int32_t t = 0; t < 2000; ++t) p.allowed_tokens.push_back((t * 13) % V);
+          p.top_k = 4000;
+          p.top_p = 0.9f;
+        }
+        if (!small && r == 5) {  // 9000 tied tokens at the top: the k-th key's bucket crowds the gather
+          for (int32_t t = 0; t < V; ++t) row[t] = std::round(normal(rng) * 2.0f) / 2.0f;
+          for (int32_t t = 0; t < 9000; ++t) row[(static_cast<int64_t>(t) * 7919 + 11) % V] = 6.0f;
+          p.top_k = 100;
+          p.top_p = 0.9f;
+          p.min_p = 0.0f;
+          p.repetition_penalty = 1.0f;  // nothing moves a tied token out of the tie
+          p.frequency_penalty = p.presence_penalty = 0.0f;
+          p.logit_bias.clear();
+          p.banned_tokens.clear();
+          p.allowed_tokens.clear();
+          b.bitmask_index[r] = -1;
+        }
+        if (r % 5 == 4)
+          for (int i = 0; i < 3; ++i) row[rng() % V] = NAN;
+        for (int32_t t = 0; t < V; ++t) row[t] = round_to_dtype(row[t], dtype);
+      }
+      std::vector<uint64_t> flagged;
+      const AgreementCount n = agreement_on(b, steps, 0, &flagged);
+      std::printf("top-k exact V=%d, %d rows, dtype=%d: %d rows compared, %d near-tie disagreements, exact rows %llu\n",
+                  V, rows, static_cast<int>(dtype), n.compared, n.near_ties,
+                  static_cast<unsigned long long>(n.exact_rows));
+      EXPECT_LE(n.near_ties, n.compared / 20);  // each one checked to be a near-tie by compare()
+      if (!small) EXPECT_GE(n.exact_rows, static_cast<uint64_t>(n.compared / 4));  // the exact kernel did run
+      // Only the tokens-only calls (the last third) split: each must have flagged rows.
+      for (int step = steps - steps / 3; step < steps; ++step)
+        EXPECT_GT(flagged[step], 0u) << "tokens-only call " << step << " flagged no row";
+    }
+}
+
+// 12 rows: about 11 slices a row on an H100 (132 SMs); 48 rows: two or three; 160: more flagged rows
+// than SMs (exact_row, grid-stride) in some calls.
+TEST(CudaExactPath, TopKRowsMatchReference) { top_k_exact_agrees(32000, {{12, 9}, {48, 9}, {160, 3}}); }
+// The same at a vocabulary small enough for compute-sanitizer.
+TEST(CudaExactPath, TopKRowsSmallVocabulary) { top_k_exact_agrees(1000, {{3, 9}, {12, 9}}); }
 
 // Grammar-like masks: a bitmask (or, in every third row, an allowed list) that allows only a few runs
 // of neighbouring ids, 1 to 40 long, and a few scattered ids. Most of stage 1's groups then hold no
