@@ -34,12 +34,15 @@ def main():
     gpus = sorted({r.get("gpu", "") for r in rows})
     on_h200 = any("H200" in g for g in gpus)
     cases = ["homog-peaked", "homog-flat", "hetero-peaked", "hetero-flat"]
+    # One colour an implementation across the panels (the legend sits in the first panel only).
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colour = {impl: palette[i % len(palette)] for i, impl in enumerate(sorted({r["impl"] for r in rows}))}
     fig, axes = plt.subplots(1, 4, figsize=(20, 5), sharey=True)
     for ax, case in zip(axes, cases):
         impls = sorted({r["impl"] for r in rows if r["case"] == case})
         for impl in impls:
             pts = sorted((r["B"], r["us"]) for r in rows if r["case"] == case and r["impl"] == impl)
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=impl)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=colour[impl], label=impl)
         measured_fi = any(i.startswith("flashinfer") for i in impls)
         # ANCHORS.md measured on an H200: drawn beside an H200 run only.
         anchors = ANCHOR_FLASHINFER.get(case, {}) if on_h200 else {}
