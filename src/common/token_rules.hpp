@@ -118,8 +118,11 @@ constexpr uint32_t kLeastFiniteOrderBits = 0x00800000u;
 // settles a row only where the crossing stays put over it, so that the token cannot depend on the
 // sum's order, which follows the batch size (perf-notes v3.31, v3.32; bench/sum_error_model.cpp
 // measures it against adversarial rows).
+// In 2^-24 units: the z roundings 2 |zm| + |e| a term (e = z - zm), stage 1's exponent 5 |e| and
+// ex2 4, where the mass-weighted |e| stays below about 10, and the fp32 summation up to about 60 at
+// B = 512 (perf-notes v3.32): 2 |zm| + 124, and 16.8 more (the 1e-6).
 SONIC_HD double top_p_sum_margin(float zm) {
-  return 1e-6 + expm1((fabs(static_cast<double>(zm)) + 32.0) * 0x1p-23);
+  return 1e-6 + expm1((fabs(static_cast<double>(zm)) + 62.0) * 0x1p-23);
 }
 
 // The total order of steps 7-8 as one integer: z descending, then token id ascending. A larger
