@@ -542,6 +542,22 @@ __device__ __forceinline__ bool split_call(const RowJob& job) {
   return job.verify.num_requests == 0 && !out.logprob && !out.rank && !out.top_ids && !out.final_ids;
 }
 
+// Slot f of the split scratch back to zero for the next call, by the row's last slice once every
+// slice has added to it (the callers' barrier before this ends their reads of it).
+__device__ __forceinline__ void reset_split_slot(const RowJob& job, int32_t f, unsigned long long* g_mass,
+                                                 uint32_t* g_count, uint32_t* g_best) {
+  for (int b = threadIdx.x; b < kSplitBuckets; b += kBlock) {
+    g_mass[b] = 0;
+    g_count[b] = 0;
+    g_best[b] = 0;
+  }
+  if (threadIdx.x == 0) {
+    job.split.total[f] = 0;
+    job.split.done[f] = 0;
+    job.split.nan[f] = 0;
+  }
+}
+
 // The f-th row (0-based) whose exact flag is set, for the whole block.
 __device__ int32_t nth_flagged_row(const RowJob& job, int32_t f, Shared& sh) {
   if (threadIdx.x == 0) sh.split_row = -1;
@@ -713,18 +729,8 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
     const int32_t n_cut = static_cast<int32_t>(__ldcg(&g_count[b_c]));
     rest = b_p == b_c ? target - sh.split_above : 0;  // top-p's mass left in b_c
     const bool fits = n_cut <= kSplitGatherKeys;
-    // The row's scratch back to zero for the next call (every slice has added to it).
     __syncthreads();
-    for (int b = threadIdx.x; b < kSplitBuckets; b += kBlock) {
-      g_mass[b] = 0;
-      g_count[b] = 0;
-      g_best[b] = 0;
-    }
-    if (threadIdx.x == 0) {
-      job.split.total[f] = 0;
-      job.split.done[f] = 0;
-      job.split.nan[f] = 0;
-    }
+    reset_split_slot(job, f, g_mass, g_count, g_best);
     timeline_mark(kMarkMerged);
     if (!fits) return true;  // a plateau crowds the gathered buckets: the one-block path
 
@@ -809,19 +815,9 @@ __device__ __forceinline__ bool split_top_k_gather(const RowJob& job, int32_t r,
   const bool fits =
       !k_binds || sh.split_above + __ldcg(&g_count[b_k]) <= static_cast<unsigned long long>(kSplitGatherKeys);
   const unsigned long long row_total = __ldcg(&job.split.total[f]);  // every valid token's (joint top-p only)
-  // The row's scratch back to zero for the next call (every slice has added to it).
   __syncthreads();
-  for (int b = threadIdx.x; b < kSplitBuckets; b += kBlock) {
-    g_mass[b] = 0;
-    g_count[b] = 0;
-    g_best[b] = 0;
-  }
-  if (threadIdx.x == 0) {
-    job.split.total[f] = 0;
-    job.split.done[f] = 0;
-    job.split.nan[f] = 0;
-    sh.gather_count = 0;
-  }
+  reset_split_slot(job, f, g_mass, g_count, g_best);
+  if (threadIdx.x == 0) sh.gather_count = 0;
   timeline_mark(kMarkMerged);
   if (!fits) return true;  // a plateau crowds b_k: the one-block path
 
