@@ -967,7 +967,9 @@ void top_k_exact_agrees(int32_t V, std::initializer_list<std::pair<int32_t, int>
                   V, rows, static_cast<int>(dtype), n.compared, n.near_ties,
                   static_cast<unsigned long long>(n.exact_rows));
       EXPECT_LE(n.near_ties, n.compared / 20);  // each one checked to be a near-tie by compare()
-      if (!small) EXPECT_GE(n.exact_rows, static_cast<uint64_t>(n.compared / 4));  // the exact kernel did run
+      if (!small) {
+        EXPECT_GE(n.exact_rows, static_cast<uint64_t>(n.compared / 4));  // the exact kernel did run
+      }
       // Only the tokens-only calls (the last third) split: each must have flagged rows.
       for (int step = steps - steps / 3; step < steps; ++step)
         EXPECT_GT(flagged[step], 0u) << "tokens-only call " << step << " flagged no row";
@@ -975,7 +977,7 @@ void top_k_exact_agrees(int32_t V, std::initializer_list<std::pair<int32_t, int>
 }
 
 // 12 rows: about 11 slices a row on an H100 (132 SMs); 48 rows: two or three; 160: more flagged rows
-// than SMs (exact_row, grid-stride) in some calls.
+// than SMs (one slice a row, grid-stride) in some calls.
 TEST(CudaExactPath, TopKRowsMatchReference) { top_k_exact_agrees(32000, {{12, 9}, {48, 9}, {160, 3}}); }
 // The same at a vocabulary small enough for compute-sanitizer.
 TEST(CudaExactPath, TopKRowsSmallVocabulary) { top_k_exact_agrees(1000, {{3, 9}, {12, 9}}); }
