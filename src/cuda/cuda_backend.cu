@@ -56,6 +56,7 @@ class CudaBackend final : public SamplerBackend {
     counters_ = mem_.zeroed<int32_t>(rows + 3);
     flagged_total_ = mem_.zeroed<unsigned long long>(1);
     exact_flags_ = mem_.alloc<int32_t>(rows);
+    exact_hints_ = mem_.alloc<unsigned long long>(rows);
     verdicts_ = mem_.alloc<cuda::RowVerdict>(rows);
     row_logprob_ = mem_.alloc<float>(rows);
     row_rank_ = mem_.alloc<int32_t>(rows);
@@ -224,6 +225,7 @@ class CudaBackend final : public SamplerBackend {
     cuda::launch_fast_sample(job, programmatic_launch_, stream);
     if (job.fast.separate_stage2) cuda::launch_row_stage2(job, programmatic_launch_, stream);
     job.exact_flags = exact_flags_;
+    if (!split_list_) job.fast.exact_hints = nullptr;
     job.split = cuda::SplitScratch{split_mass_, split_count_, split_best_, split_total_,
                                    split_flags_, split_flags_ + split_slots_, split_rows_, split_slots_};
     cuda::launch_exact_sample(job, exact_blocks_, programmatic_launch_, stream);
@@ -331,6 +333,7 @@ class CudaBackend final : public SamplerBackend {
     f.cand_stride = cand_stride_;
     f.tiles_done = counters_;
     f.exact_flags = exact_flags_;
+    f.exact_hints = exact_hints_;
     f.flagged = counters_ + max_rows;
     f.flagged_total = flagged_total_;
     f.rows_done = counters_ + max_rows + 1;
@@ -376,6 +379,9 @@ class CudaBackend final : public SamplerBackend {
     // 0: plain launches in place of programmatic ones (a kernel then starts once the one before has
     // completed).
     if (const auto n = env_int("SONIC_CUDA_PROGRAMMATIC", 0, 1)) programmatic_switch_ = *n != 0;
+    // 0: the exact path's split top-k rows ignore stage 2's hint (FastScratch::exact_hints) and gather
+    // in one pass over the row, as before the hint.
+    if (const auto n = env_int("SONIC_CUDA_SPLIT_LIST", 0, 1)) split_list_ = *n != 0;
   }
 
   // The device arrays below; whatever the constructor allocated before a throw is freed.
@@ -386,6 +392,7 @@ class CudaBackend final : public SamplerBackend {
   int32_t sms_ = 0;
   bool programmatic_launch_ = false;  // the row stage-2 and exact kernels as programmatic dependents
   bool programmatic_switch_ = true;   // SONIC_CUDA_PROGRAMMATIC
+  bool split_list_ = true;            // SONIC_CUDA_SPLIT_LIST
   int32_t resident_[3] = {1, 1, 1};  // fast-kernel blocks the device holds at once, per dtype
   int32_t forced_tiles_per_chunk_ = 0;
   int32_t head_percent_ = 75, tails_min_rows_ = -1;  // SONIC_CUDA_TAILS
@@ -396,6 +403,7 @@ class CudaBackend final : public SamplerBackend {
   int32_t* counters_ = nullptr;
   unsigned long long* flagged_total_ = nullptr;
   int32_t* exact_flags_ = nullptr;
+  unsigned long long* exact_hints_ = nullptr;  // FastScratch::exact_hints
   int32_t exact_blocks_ = 0;  // the exact sampler's largest grid
   int32_t split_rows_ = 0;    // the exact sampler's split rows (SplitScratch)
   int32_t split_slots_ = 0;   // and its scratch slots

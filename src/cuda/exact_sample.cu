@@ -501,8 +501,9 @@ __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& 
 
 // A split top-k row's last slice: its gathered keys and cut (defined after split_row).
 __device__ __forceinline__ bool split_top_k_gather(const RowJob& job, int32_t r, int32_t f, const SlotParams& p,
-                                                   float m, unsigned long long* cut, int32_t* n_out,
-                                                   unsigned long long* rest, Shared& sh, unsigned long long* gathered);
+                                                   float m, unsigned long long hint, unsigned long long* cut,
+                                                   int32_t* n_out, unsigned long long* rest, Shared& sh,
+                                                   unsigned long long* gathered);
 
 // Split rows. A flagged row costs one block ~10 passes over the row, FP64-bound (a top-p-only flat
 // row: 1.3 ms at V = 151936), and a pass that one block makes alone waits a memory latency per
@@ -520,7 +521,11 @@ __device__ __forceinline__ bool split_top_k_gather(const RowJob& job, int32_t r,
 // set lies among the row's k largest keys, so their last slice gathers every key of the bucket that
 // holds the k-th largest (found by the buckets' counts) and of the buckets above, and selects top-k
 // (by count), min-p and top-p (by mass, against the slices' exact total for the joint rule) among
-// them (split_top_k_gather); their slices skip the noise and the mass histogram.
+// them (split_top_k_gather); their slices skip the noise and the mass histogram. When stage 2 left a
+// hint (FastScratch::exact_hints: its sorted prefix's k-th key, which k of the row's keys reach),
+// the slices also list the keys at or above it (SplitList, usually about k of them), and the last
+// slice takes its keys from that list instead of a pass over the row's z (a one-block pass over
+// 152 K floats waits a latency a load: about 40 us of a call that flags one top-k row).
 // Rows this does not cover (verification, any logprob, rank, top-N or final-distribution output,
 // greedy, top-k past kSplitGatherKeys, untruncated, no valid token, a +inf maximum) take exact_row in their first slice's
 // block; rows whose gathered keys would pass kSplitGatherKeys, in their last slice's.
@@ -624,6 +629,8 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   // count keys by bucket and sum the exact total only where the joint rule measures against it.
   const bool top_k_row = p.top_k > 0 && p.top_k < V;
   const bool slice_mass = !top_k_row || (joint && p.top_p < 1.0f);
+  // A top-k row's hint from stage 2 (0: none): the slices list the keys at or above it (SplitList).
+  const unsigned long long hint = top_k_row && job.fast.exact_hints ? __ldcg(job.fast.exact_hints + r) : 0ull;
   const uint64_t seed = p.seed, step = tab.step[slot];
   const uint32_t purpose = detail::purpose(detail::Draw::kSampling, pro.position);
   const size_t elem = job.dtype == DType::kF32 ? 4 : 2;
@@ -633,6 +640,7 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   unsigned long long* g_mass = job.split.mass + static_cast<int64_t>(f) * kSplitBuckets;
   uint32_t* g_count = job.split.count + static_cast<int64_t>(f) * kSplitBuckets;
   uint32_t* g_best = job.split.best + static_cast<int64_t>(f) * kSplitBuckets;
+  const SplitList list = split_list(job, f);
 
   // This slice: z, and by bucket the masses (64-bit, as two 32-bit words), the counts and the
   // largest screened score rounded up (order bits; 0: none), then added to the row's.
@@ -655,8 +663,13 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
     const int32_t t = lo + i;
     const float zt = store_z_of(job, pro, t, x, z, &nan_seen);
     if (!(zt > -INFINITY)) return;
-    const int b = static_cast<int>(score_key(zt, t) >> 52);
+    const unsigned long long key = pack_key(zt, t);
+    const int b = static_cast<int>(key >> 52);
     atomicAdd(&h_n[b], 1u);
+    if (hint && key >= hint) {
+      const uint32_t i = atomicAdd(list.count, 1u);
+      if (i < kSplitListKeys) list.keys[i] = key;
+    }
     const bool survives = zt >= min_z;
     if (slice_mass) {
       const unsigned long long wt = mass_of(zt);
@@ -672,7 +685,7 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   nan_seen = __syncthreads_or(nan_seen);
   for (int b = threadIdx.x; b < kSplitBuckets; b += kBlock)
     if (h_n[b]) {
-      atomicAdd(&g_mass[b], static_cast<unsigned long long>(h_hi[b]) << 32 | h_lo[b]);
+      if (!top_k_row) atomicAdd(&g_mass[b], static_cast<unsigned long long>(h_hi[b]) << 32 | h_lo[b]);  // (SplitList)
       atomicAdd(&g_count[b], h_n[b]);
       if (h_best[b]) atomicMax(&g_best[b], h_best[b]);
     }
@@ -694,7 +707,7 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   int32_t n_front = 0, n_back = 0;
   unsigned long long rest = 0;
   if (top_k_row) {
-    if (split_top_k_gather(job, r, f, p, m, &cut, &n_front, &rest, sh, gathered)) return true;
+    if (split_top_k_gather(job, r, f, p, m, hint, &cut, &n_front, &rest, sh, gathered)) return true;
   } else {
     // The bucket where the cumulative mass reaches top-p's target (-1: none).
     unsigned long long target = 0;
@@ -788,12 +801,15 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
 // plus b_k's) are all the cut needs: over them, the mass at or above any of their keys is the whole
 // row's. A row of at most k valid keys gathers every valid key. The masses are the same fixed-point
 // integers, so the cut is exact_row's, and draw_kept over the gathered keys with it is its draw.
+// The slices' list (SplitList), when it holds at least k keys, holds every key at or above the k-th
+// largest: its keys in b_k and above are such an upper set too, and take the pass's place.
 // Gathers those keys into gathered[0, *n), applies top-k to *cut and sets *rest to top-p's target
 // when the crossing lies among them (0: top-p does not cut past *cut). True when they would pass
 // kSplitGatherKeys (exact_row takes the row).
 __device__ __forceinline__ bool split_top_k_gather(const RowJob& job, int32_t r, int32_t f, const SlotParams& p,
-                                                   float m, unsigned long long* cut, int32_t* n_out,
-                                                   unsigned long long* rest, Shared& sh, unsigned long long* gathered) {
+                                                   float m, unsigned long long hint, unsigned long long* cut,
+                                                   int32_t* n_out, unsigned long long* rest, Shared& sh,
+                                                   unsigned long long* gathered) {
   const int32_t V = job.table.vocab_size;
   unsigned long long* g_mass = job.split.mass + static_cast<int64_t>(f) * kSplitBuckets;
   uint32_t* g_count = job.split.count + static_cast<int64_t>(f) * kSplitBuckets;
@@ -815,24 +831,36 @@ __device__ __forceinline__ bool split_top_k_gather(const RowJob& job, int32_t r,
   const bool fits =
       !k_binds || sh.split_above + __ldcg(&g_count[b_k]) <= static_cast<unsigned long long>(kSplitGatherKeys);
   const unsigned long long row_total = __ldcg(&job.split.total[f]);  // every valid token's (joint top-p only)
-  __syncthreads();
-  reset_split_slot(job, f, g_mass, g_count, g_best);
+  // The slices' list of the keys at or above the hint, when it holds k of them (each slice lists a
+  // token once, so the list's count is the row's number of such keys): then the k-th largest key
+  // reaches the hint, and the list holds it and every key above it.
+  const SplitList list = split_list(job, f);
+  const uint32_t listed = hint ? __ldcg(list.count) : 0u;
+  const bool from_list = k_binds && listed >= k && listed <= static_cast<uint32_t>(kSplitListKeys);
   if (threadIdx.x == 0) sh.gather_count = 0;
-  timeline_mark(kMarkMerged);
-  if (!fits) return true;  // a plateau crowds b_k: the one-block path
-
-  // One pass over z: every valid key in b_k and above.
-  const float* z = job.z + static_cast<int64_t>(r) * V;
   __syncthreads();
-  block_pass<kBlock, 8>(V, -INFINITY, [&](int32_t t) { return __ldcg(z + t); }, [&](int32_t t, float zt) {
-    if (!(zt > -INFINITY)) return;
-    const unsigned long long key = pack_key(zt, t);
-    if (static_cast<int>(key >> 52) >= b_k) {
-      const int32_t i = atomicAdd(&sh.gather_count, 1);
-      if (i < kSplitGatherKeys) gathered[i] = key;  // (the counts bound i: a guard only)
+  if (from_list)
+    for (int32_t i = threadIdx.x; i < static_cast<int32_t>(listed); i += kBlock) {
+      const unsigned long long key = __ldcg(list.keys + i);
+      if (static_cast<int>(key >> 52) >= b_k) gathered[atomicAdd(&sh.gather_count, 1)] = key;
     }
-  });
-  __syncthreads();
+  __syncthreads();  // the list read before the slot's reset
+  reset_split_slot(job, f, g_mass, g_count, g_best);
+  timeline_mark(kMarkMerged);
+  if (!from_list) {
+    if (!fits) return true;  // a plateau crowds b_k: the one-block path
+    // One pass over z: every valid key in b_k and above.
+    const float* z = job.z + static_cast<int64_t>(r) * V;
+    block_pass<kBlock, 8>(V, -INFINITY, [&](int32_t t) { return __ldcg(z + t); }, [&](int32_t t, float zt) {
+      if (!(zt > -INFINITY)) return;
+      const unsigned long long key = pack_key(zt, t);
+      if (static_cast<int>(key >> 52) >= b_k) {
+        const int32_t i = atomicAdd(&sh.gather_count, 1);
+        if (i < kSplitGatherKeys) gathered[i] = key;  // (the counts bound i: a guard only)
+      }
+    });
+    __syncthreads();
+  }
   const int32_t n = min(sh.gather_count, kSplitGatherKeys);
   timeline_mark(kMarkListed);
   // Step 7: the k-th largest key (n >= k when it binds).

@@ -83,6 +83,11 @@ struct FastScratch {
   int64_t cand_stride;
   int32_t* tiles_done;          // [rows] chunks finished (the last one runs stage 2 and resets it)
   int32_t* exact_flags;         // [rows] 1: stage 2 could not settle the row exactly
+  // [rows] a flagged top-k row's k-th largest key of stage 2's sorted prefix (0: none). k of the
+  // row's keys reach it, so the row's k-th largest does too: the exact path's split lists the keys
+  // at or above it while it computes z, instead of a pass over the row in its last slice. The exact
+  // kernel's job has null here when SONIC_CUDA_SPLIT_LIST=0.
+  unsigned long long* exact_hints;
   int32_t* flagged;             // [1] rows flagged in this call (the exact kernel resets it)
   unsigned long long* flagged_total;  // [1] rows flagged since the sampler was created
   int32_t* rows_done;           // [1] blocks finished by the exact kernel (its last block commits)
@@ -158,6 +163,15 @@ struct SplitScratch {
   int32_t slots;              // >= rows
 };
 
+// A split top-k row's list of its keys at or above stage 2's hint (FastScratch::exact_hints), in its
+// slot's `mass` and `best` words, which top-k rows leave unused: the keys in mass, the count (which
+// passes kSplitListKeys when the list overflows) in best[0]. The slot's reset zeroes both.
+constexpr int32_t kSplitListKeys = kSplitBuckets;
+struct SplitList {
+  unsigned long long* keys;  // [kSplitListKeys]
+  uint32_t* count;
+};
+
 struct RowJob {
   const void* logits;
   DType dtype;
@@ -180,6 +194,12 @@ struct RowJob {
   bool advance_step;
   bool append_to_history;
 };
+
+// Slot f's SplitList.
+__host__ __device__ inline SplitList split_list(const RowJob& job, int32_t f) {
+  return SplitList{job.split.mass + static_cast<int64_t>(f) * kSplitBuckets,
+                   job.split.best + static_cast<int64_t>(f) * kSplitBuckets};
+}
 
 // The fast path, one kernel: stage 1 on every chunk of every row, stage 2 in the last block of each row to
 // finish. Rows it cannot settle are flagged in job.fast.exact_flags. Reads the request table only.

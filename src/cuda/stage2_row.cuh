@@ -166,6 +166,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
   int kept = 0;
   double kept_sum = 1.0;
   int32_t token = -1;
+  unsigned long long exact_hint = 0;  // FastScratch::exact_hints
   if (!exact && pro.greedy) {
     token = detail::key_token(max_key);
     kept = 1;
@@ -230,6 +231,8 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
       timeline_value(kValueKept, kept);
       if (kept <= 0) {
         exact = true;
+        // A top-k row's k-th sorted key: k of the row's keys reach it (the exact path's split).
+        if (top_k_on && p.top_k <= n) exact_hint = sh.sorted[p.top_k - 1];
       } else {
         kept_sum = sh.cum[kept - 1];
       }
@@ -251,6 +254,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
   if (exact) {
     if (tid == 0) {
       job.fast.exact_flags[r] = 1;
+      job.fast.exact_hints[r] = exact_hint;
       atomicAdd(job.fast.flagged, 1);
       atomicAdd(job.fast.flagged_total, 1ull);
     }

@@ -1387,7 +1387,7 @@ TEST(CudaLaunchSwitches, MalformedValuesAreErrors) {
                       Bad{"SONIC_CUDA_CARVEOUT", "101,0,0"}, Bad{"SONIC_CUDA_TAILS", "75x"},
                       Bad{"SONIC_CUDA_TAILS", "75:-1"}, Bad{"SONIC_CUDA_TILES_PER_CHUNK", "-3"},
                       Bad{"SONIC_CUDA_SEPARATE_STAGE2_ROWS", "many"}, Bad{"SONIC_CUDA_SHORT_STEP_ROWS", "32 "},
-                      Bad{"SONIC_CUDA_PROGRAMMATIC", "2"}}) {
+                      Bad{"SONIC_CUDA_PROGRAMMATIC", "2"}, Bad{"SONIC_CUDA_SPLIT_LIST", "on"}}) {
     SCOPED_TRACE(std::string(b.name) + "=" + b.value);
     const ScopedEnv env(b.name, b.value);
     try {
