@@ -41,6 +41,9 @@ class Sampler {
   // rows whose kept set the fast path's candidates could not be shown to hold; the CPU backend has
   // one path and counts none). A diagnostic that synchronises, not for steps.
   uint64_t exact_path_rows() const;
+  // Of those, the top-k rows that the exact path decided from the few keys at or above a bound the
+  // fast path found (CUDA; the rest take passes over the row). A diagnostic that synchronises.
+  uint64_t exact_path_list_rows() const;
 
   // Single-step mode: row r of logits belongs to slot slots[r] (row r itself when slots is null).
   // Arrays live where the backend works (host for CPU, device for CUDA).

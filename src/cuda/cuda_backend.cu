@@ -54,7 +54,7 @@ class CudaBackend final : public SamplerBackend {
     // and the row tails' grid's blocks done. Zero between calls: the kernels reset what they
     // count.
     counters_ = mem_.zeroed<int32_t>(rows + 3);
-    flagged_total_ = mem_.zeroed<unsigned long long>(1);
+    flagged_total_ = mem_.zeroed<unsigned long long>(2);  // rows flagged, then rows decided from a SplitList
     exact_flags_ = mem_.alloc<int32_t>(rows);
     exact_hints_ = mem_.alloc<unsigned long long>(rows);
     verdicts_ = mem_.alloc<cuda::RowVerdict>(rows);
@@ -105,6 +105,12 @@ class CudaBackend final : public SamplerBackend {
     unsigned long long n = 0;
     SONIC_CUDA_CHECK(cudaDeviceSynchronize());
     SONIC_CUDA_CHECK(cudaMemcpy(&n, flagged_total_, sizeof n, cudaMemcpyDeviceToHost));
+    return n;
+  }
+  uint64_t exact_path_list_rows() const override {
+    unsigned long long n = 0;
+    SONIC_CUDA_CHECK(cudaDeviceSynchronize());
+    SONIC_CUDA_CHECK(cudaMemcpy(&n, flagged_total_ + 1, sizeof n, cudaMemcpyDeviceToHost));
     return n;
   }
 
@@ -227,7 +233,8 @@ class CudaBackend final : public SamplerBackend {
     job.exact_flags = exact_flags_;
     if (!split_list_) job.fast.exact_hints = nullptr;
     job.split = cuda::SplitScratch{split_mass_, split_count_, split_best_, split_total_,
-                                   split_flags_, split_flags_ + split_slots_, split_rows_, split_slots_};
+                                   split_flags_, split_flags_ + split_slots_, flagged_total_ + 1, split_rows_,
+                                   split_slots_};
     cuda::launch_exact_sample(job, exact_blocks_, programmatic_launch_, stream);
   }
 
@@ -379,8 +386,8 @@ class CudaBackend final : public SamplerBackend {
     // 0: plain launches in place of programmatic ones (a kernel then starts once the one before has
     // completed).
     if (const auto n = env_int("SONIC_CUDA_PROGRAMMATIC", 0, 1)) programmatic_switch_ = *n != 0;
-    // 0: the exact path's split top-k rows ignore stage 2's hint (FastScratch::exact_hints) and gather
-    // in one pass over the row, as before the hint.
+    // 0: the exact path's split top-k rows ignore stage 2's hint (FastScratch::exact_hints): their
+    // slices count keys by bucket and the last gathers in one pass over the row, as before the hint.
     if (const auto n = env_int("SONIC_CUDA_SPLIT_LIST", 0, 1)) split_list_ = *n != 0;
   }
 

@@ -523,9 +523,10 @@ __device__ __forceinline__ bool split_top_k_gather(const RowJob& job, int32_t r,
 // (by count), min-p and top-p (by mass, against the slices' exact total for the joint rule) among
 // them (split_top_k_gather); their slices skip the noise and the mass histogram. When stage 2 left a
 // hint (FastScratch::exact_hints: its sorted prefix's k-th key, which k of the row's keys reach),
-// the slices also list the keys at or above it (SplitList, usually about k of them), and the last
-// slice takes its keys from that list instead of a pass over the row's z (a one-block pass over
-// 152 K floats waits a latency a load: about 40 us of a call that flags one top-k row).
+// the slices instead list the keys at or above it (SplitList, usually about k of them) and count no
+// buckets, and the last slice decides from that list alone: no pass over the row's z (a one-block
+// pass over 152 K floats waits a latency a load: about 40 us of a call that flags one top-k row),
+// no bucket search, and over at most kRankDecideKeys keys no radix selects (rank_decide_top_k).
 // Rows this does not cover (verification, any logprob, rank, top-N or final-distribution output,
 // greedy, top-k past kSplitGatherKeys, untruncated, no valid token, a +inf maximum) take exact_row in their first slice's
 // block; rows whose gathered keys would pass kSplitGatherKeys, in their last slice's.
@@ -548,19 +549,31 @@ __device__ __forceinline__ bool split_call(const RowJob& job) {
 }
 
 // Slot f of the split scratch back to zero for the next call, by the row's last slice once every
-// slice has added to it (the callers' barrier before this ends their reads of it).
-__device__ __forceinline__ void reset_split_slot(const RowJob& job, int32_t f, unsigned long long* g_mass,
-                                                 uint32_t* g_count, uint32_t* g_best) {
-  for (int b = threadIdx.x; b < kSplitBuckets; b += kBlock) {
-    g_mass[b] = 0;
-    g_count[b] = 0;
-    g_best[b] = 0;
-  }
+// slice has added to it (the callers' barrier before this ends their reads of it): the slot's total,
+// slices done and NaN flag, then its buckets (reset_split_slot) or a list row's list (reset_split_list).
+__device__ __forceinline__ void reset_split_sums(const SplitSlot& slot) {
   if (threadIdx.x == 0) {
-    job.split.total[f] = 0;
-    job.split.done[f] = 0;
-    job.split.nan[f] = 0;
+    *slot.total = 0;
+    *slot.done = 0;
+    *slot.nan = 0;
   }
+}
+__device__ __forceinline__ void reset_split_slot(const SplitSlot& slot) {
+  for (int b = threadIdx.x; b < kSplitBuckets; b += kBlock) {
+    slot.mass[b] = 0;
+    slot.count[b] = 0;
+    slot.best[b] = 0;
+  }
+  reset_split_sums(slot);
+}
+// A list row's (split_top_k_gather): only the list's count and the entries it wrote are not zero,
+// and a later row of the slot (S = 1) adds its histogram into those words.
+__device__ __forceinline__ void reset_split_list(const SplitSlot& slot, uint32_t listed) {
+  const SplitList list = slot.list();
+  const int32_t used = static_cast<int32_t>(min(listed, static_cast<uint32_t>(kSplitListKeys)));
+  for (int32_t i = threadIdx.x; i < used; i += kBlock) list.keys[i] = 0;
+  if (threadIdx.x == 0) *list.count = 0;
+  reset_split_sums(slot);
 }
 
 // The f-th row (0-based) whose exact flag is set, for the whole block.
@@ -629,18 +642,18 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   // count keys by bucket and sum the exact total only where the joint rule measures against it.
   const bool top_k_row = p.top_k > 0 && p.top_k < V;
   const bool slice_mass = !top_k_row || (joint && p.top_p < 1.0f);
-  // A top-k row's hint from stage 2 (0: none): the slices list the keys at or above it (SplitList).
+  // A top-k row's hint from stage 2 (0: none): the slices list the keys at or above it (SplitList),
+  // and that list alone decides the row (split_top_k_gather), so they count no buckets.
   const unsigned long long hint = top_k_row && job.fast.exact_hints ? __ldcg(job.fast.exact_hints + r) : 0ull;
+  const bool buckets = !hint;
   const uint64_t seed = p.seed, step = tab.step[slot];
   const uint32_t purpose = detail::purpose(detail::Draw::kSampling, pro.position);
   const size_t elem = job.dtype == DType::kF32 ? 4 : 2;
   const void* row = static_cast<const char*>(job.logits) + r * job.row_stride * elem;
   float* z = job.z + static_cast<int64_t>(r) * V;
   timeline_mark(kMarkScreening);
-  unsigned long long* g_mass = job.split.mass + static_cast<int64_t>(f) * kSplitBuckets;
-  uint32_t* g_count = job.split.count + static_cast<int64_t>(f) * kSplitBuckets;
-  uint32_t* g_best = job.split.best + static_cast<int64_t>(f) * kSplitBuckets;
-  const SplitList list = split_list(job, f);
+  const SplitSlot scratch = split_slot(job.split, f);
+  const SplitList list = scratch.list();
 
   // This slice: z, and by bucket the masses (64-bit, as two 32-bit words), the counts and the
   // largest screened score rounded up (order bits; 0: none), then added to the row's.
@@ -648,7 +661,8 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   uint32_t* h_hi = h_lo + kSplitBuckets;
   uint32_t* h_n = h_hi + kSplitBuckets;
   uint32_t* h_best = h_n + kSplitBuckets;
-  for (int i = threadIdx.x; i < 4 * kSplitBuckets; i += kBlock) h_lo[i] = 0;
+  if (buckets)
+    for (int i = threadIdx.x; i < 4 * kSplitBuckets; i += kBlock) h_lo[i] = 0;
   __syncthreads();
   const int32_t per = (V + S - 1) / S;
   const int32_t lo = s * per, hi = min(V, lo + per);
@@ -665,7 +679,7 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
     if (!(zt > -INFINITY)) return;
     const unsigned long long key = pack_key(zt, t);
     const int b = static_cast<int>(key >> 52);
-    atomicAdd(&h_n[b], 1u);
+    if (buckets) atomicAdd(&h_n[b], 1u);
     if (hint && key >= hint) {
       const uint32_t i = atomicAdd(list.count, 1u);
       if (i < kSplitListKeys) list.keys[i] = key;
@@ -683,24 +697,24 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   });
   __threadfence();  // this thread's z before the slice's count (below)
   nan_seen = __syncthreads_or(nan_seen);
-  for (int b = threadIdx.x; b < kSplitBuckets; b += kBlock)
+  for (int b = threadIdx.x; buckets && b < kSplitBuckets; b += kBlock)
     if (h_n[b]) {
-      if (!top_k_row) atomicAdd(&g_mass[b], static_cast<unsigned long long>(h_hi[b]) << 32 | h_lo[b]);  // (SplitList)
-      atomicAdd(&g_count[b], h_n[b]);
-      if (h_best[b]) atomicMax(&g_best[b], h_best[b]);
+      if (!top_k_row) atomicAdd(&scratch.mass[b], static_cast<unsigned long long>(h_hi[b]) << 32 | h_lo[b]);  // (SplitList)
+      atomicAdd(&scratch.count[b], h_n[b]);
+      if (h_best[b]) atomicMax(&scratch.best[b], h_best[b]);
     }
   total = block_sum_u64(total, sh);
   if (threadIdx.x == 0) {
-    atomicAdd(&job.split.total[f], total);
-    if (nan_seen) atomicOr(&job.split.nan[f], 1);
+    atomicAdd(scratch.total, total);
+    if (nan_seen) atomicOr(scratch.nan, 1);
     __threadfence();  // this slice's z and sums before its count
-    sh.split_last = atomicAdd(&job.split.done[f], 1) == S - 1;
+    sh.split_last = atomicAdd(scratch.done, 1) == S - 1;
   }
   __syncthreads();
   timeline_mark(kMarkChunkDone);
   if (!sh.split_last) return false;  // the row's last slice goes on alone
   __threadfence();
-  const int32_t row_nan = __ldcg(&job.split.nan[f]);
+  const int32_t row_nan = __ldcg(scratch.nan);
   // The gathered keys: gathered[0, n_front) (the cut's bucket, or a top-k row's buckets) and
   // gathered[kSplitGatherKeys - n_back, kSplitGatherKeys) (near-best tokens above the cut's bucket);
   // rest: top-p's mass to reach within the front keys (0: none).
@@ -714,10 +728,10 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
     if (threadIdx.x == 0) sh.split_bucket = -1;
     if (p.top_p < 1.0f) {
       target = static_cast<unsigned long long>(
-          ceil(static_cast<double>(p.top_p) * static_cast<double>(__ldcg(&job.split.total[f]))));
+          ceil(static_cast<double>(p.top_p) * static_cast<double>(__ldcg(scratch.total))));
       __syncthreads();
       if (target > 0)
-        BlockSelect<kBlock>::crossing_bucket<kSplitBuckets>([&](int b) { return __ldcg(&g_mass[b]); }, target,
+        BlockSelect<kBlock>::crossing_bucket<kSplitBuckets>([&](int b) { return __ldcg(&scratch.mass[b]); }, target,
                                                             sh.select, &sh.split_bucket, &sh.split_above);
     }
     __syncthreads();
@@ -727,7 +741,7 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
     // The buckets above b_c to gather: hi_b >= lb - 2 * slack (lb: the next float below the largest).
     uint32_t lb = 0;
     for (int b = b_c + 1 + threadIdx.x; b < kSplitBuckets; b += kBlock) {
-      const uint32_t hb = __ldcg(&g_best[b]);
+      const uint32_t hb = __ldcg(&scratch.best[b]);
       if (hb) lb = max(lb, detail::order_bits(nextafterf(detail::order_bits_to_float(hb), -INFINITY)));
     }
     lb = static_cast<uint32_t>(block_max_u64(lb, sh));
@@ -736,14 +750,14 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
     // gathered[0, kSplitGatherKeys) lies over the slice's histogram (flushed); `take` just beyond it.
     uint8_t* take = reinterpret_cast<uint8_t*>(gathered + kSplitGatherKeys);
     for (int b = threadIdx.x; b < kSplitBuckets; b += kBlock) {
-      const uint32_t hb = b > b_c ? __ldcg(&g_best[b]) : 0u;
+      const uint32_t hb = b > b_c ? __ldcg(&scratch.best[b]) : 0u;
       take[b] = hb && static_cast<double>(detail::order_bits_to_float(hb)) >= reach;
     }
-    const int32_t n_cut = static_cast<int32_t>(__ldcg(&g_count[b_c]));
+    const int32_t n_cut = static_cast<int32_t>(__ldcg(&scratch.count[b_c]));
     rest = b_p == b_c ? target - sh.split_above : 0;  // top-p's mass left in b_c
     const bool fits = n_cut <= kSplitGatherKeys;
     __syncthreads();
-    reset_split_slot(job, f, g_mass, g_count, g_best);
+    reset_split_slot(scratch);
     timeline_mark(kMarkMerged);
     if (!fits) return true;  // a plateau crowds the gathered buckets: the one-block path
 
@@ -779,7 +793,8 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
                        n_front, rest, [&](int32_t i) { return gathered[i]; },
                        [&](int32_t i) { return mass_of(detail::key_value(gathered[i])); }, sh.select));
   timeline_mark(kMarkDecided);
-  const KeptDraw d = draw_kept(kSplitGatherKeys, [&](int32_t i) {
+  // (A top-k row's keys are all at the front: the draw walks only those.)
+  const KeptDraw d = draw_kept(top_k_row ? n_front : kSplitGatherKeys, [&](int32_t i) {
     return i < n_front || i >= kSplitGatherKeys - n_back ? gathered[i] : 0ull;
   }, cut, m, false, seed, step, purpose, sh);
   timeline_mark(kMarkSampled);
@@ -788,6 +803,74 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
     if (out.status) out.status[r] = row_nan ? kStatusNaN : 0;
   }
   return false;
+}
+
+// The cuts of a split top-k row over its n <= kRankDecideKeys gathered keys (an upper set of the
+// row's keys that holds its k-th largest, k = 0 when k does not bind), as split_top_k_gather's
+// selects and split_row's top-p select make them: c_k the key of rank k - 1, top-p's target against
+// the row's total (joint) or the mass at or above the cut, c_p the largest key whose mass at or
+// above reaches it. Each thread ranks its keys against all n and sums the masses above them, from
+// shared memory (n^2 / kBlock steps), in place of the radix selects' passes, which recompute a
+// double exp a key a pass (v3.34 call 5: 15.5 us to decide over about a hundred keys).
+constexpr int32_t kRankDecideKeys = 2 * kBlock;
+__device__ __forceinline__ void rank_decide_top_k(int32_t n, unsigned long long k, const SlotParams& p, float m,
+                                                  unsigned long long row_total, unsigned long long* cut, Shared& sh,
+                                                  unsigned long long* gathered) {
+  constexpr int kPer = kRankDecideKeys / kBlock;
+  unsigned long long* mass = gathered + kSplitGatherKeys / 2;  // past the keys (n <= kSplitGatherKeys / 2)
+  for (int32_t i = threadIdx.x; i < n; i += kBlock)
+    mass[i] = fixed_mass(detail::key_value(gathered[i]), static_cast<double>(m));
+  __syncthreads();
+  unsigned long long key[kPer], own[kPer], above[kPer];
+  uint32_t rank[kPer];
+#pragma unroll
+  for (int q = 0; q < kPer; ++q) {
+    const int32_t i = static_cast<int32_t>(threadIdx.x) + q * kBlock;
+    key[q] = i < n ? gathered[i] : 0ull;  // 0: no key (below every key)
+    own[q] = i < n ? mass[i] : 0ull;
+    above[q] = 0;
+    rank[q] = 0;
+  }
+  // Only the threads that hold keys rank them (a list is usually about k keys: a few warps), and
+  // their second keys only when there are any.
+  const bool wide = n > kBlock;
+  if (static_cast<int32_t>(threadIdx.x) < n)
+    for (int32_t j = 0; j < n; ++j) {
+      const unsigned long long kj = gathered[j], wj = mass[j];
+#pragma unroll
+      for (int q = 0; q < kPer; ++q)
+        if ((q == 0 || wide) && kj > key[q]) {
+          ++rank[q];
+          above[q] += wj;
+        }
+    }
+  // Step 7: the key of rank k - 1 (n >= k when k binds: the keys are distinct).
+  if (k > 0) {
+    unsigned long long c_k = 0;
+#pragma unroll
+    for (int q = 0; q < kPer; ++q)
+      if (key[q] && rank[q] == k - 1) c_k = key[q];
+    *cut = max(*cut, block_max_u64(c_k, sh));
+  }
+  // Step 8 (exact_row's rules): the target against the row's total (joint) or the survivors' mass.
+  if (p.top_p < 1.0f) {
+    const bool joint = p.flags & kSlotTopPJoint;
+    unsigned long long g = 0;
+#pragma unroll
+    for (int q = 0; q < kPer; ++q)
+      if (key[q] && (joint || key[q] >= *cut)) g += own[q];
+    g = block_sum_u64(g, sh);
+    const double total = static_cast<double>(joint ? row_total : g);
+    const unsigned long long target = static_cast<unsigned long long>(ceil(static_cast<double>(p.top_p) * total));
+    // Joint, a target above g: the crossing lies below every gathered key, so under the cut.
+    if (target > 0 && target <= g) {
+      unsigned long long c_p = 0;
+#pragma unroll
+      for (int q = 0; q < kPer; ++q)
+        if (key[q] && above[q] + own[q] >= target) c_p = max(c_p, key[q]);
+      *cut = max(*cut, block_max_u64(c_p, sh));
+    }
+  }
 }
 
 // The last slice of a split top-k row (split_row: every slice has added its bucket counts and, for
@@ -801,53 +884,57 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
 // plus b_k's) are all the cut needs: over them, the mass at or above any of their keys is the whole
 // row's. A row of at most k valid keys gathers every valid key. The masses are the same fixed-point
 // integers, so the cut is exact_row's, and draw_kept over the gathered keys with it is its draw.
-// The slices' list (SplitList), when it holds at least k keys, holds every key at or above the k-th
-// largest: its keys in b_k and above are such an upper set too, and take the pass's place.
-// Gathers those keys into gathered[0, *n), applies top-k to *cut and sets *rest to top-p's target
-// when the crossing lies among them (0: top-p does not cut past *cut). True when they would pass
-// kSplitGatherKeys (exact_row takes the row).
+// A row with a hint (split_row) takes its keys from the slices' list (SplitList) instead, which
+// then holds every key at or above the k-th largest (below), such an upper set too; its slices
+// counted no buckets. Gathers the keys into gathered[0, *n), applies top-k to *cut and sets *rest to
+// top-p's target when the crossing lies among them (0: top-p does not cut past *cut). True when
+// exact_row is to take the row: a crowded b_k (past kSplitGatherKeys keys) or a list that fails.
 __device__ __forceinline__ bool split_top_k_gather(const RowJob& job, int32_t r, int32_t f, const SlotParams& p,
                                                    float m, unsigned long long hint, unsigned long long* cut,
                                                    int32_t* n_out, unsigned long long* rest, Shared& sh,
                                                    unsigned long long* gathered) {
-  const int32_t V = job.table.vocab_size;
-  unsigned long long* g_mass = job.split.mass + static_cast<int64_t>(f) * kSplitBuckets;
-  uint32_t* g_count = job.split.count + static_cast<int64_t>(f) * kSplitBuckets;
-  uint32_t* g_best = job.split.best + static_cast<int64_t>(f) * kSplitBuckets;
   const unsigned long long k = static_cast<unsigned long long>(p.top_k);
-  // The bucket of the k-th largest valid key by the buckets' counts, and the keys above it (none
-  // found: at most k - 1 valid keys, all gathered from bucket 0 up).
-  if (threadIdx.x == 0) {
-    sh.split_bucket = -1;
-    sh.split_above = 0;
-  }
-  __syncthreads();
-  BlockSelect<kBlock>::crossing_bucket<kSplitBuckets>(
-      [&](int b) { return static_cast<unsigned long long>(__ldcg(&g_count[b])); }, k, sh.select, &sh.split_bucket,
-      &sh.split_above);
-  __syncthreads();
-  const bool k_binds = sh.split_bucket >= 0;
-  const int b_k = k_binds ? sh.split_bucket : 0;
-  const bool fits =
-      !k_binds || sh.split_above + __ldcg(&g_count[b_k]) <= static_cast<unsigned long long>(kSplitGatherKeys);
-  const unsigned long long row_total = __ldcg(&job.split.total[f]);  // every valid token's (joint top-p only)
-  // The slices' list of the keys at or above the hint, when it holds k of them (each slice lists a
-  // token once, so the list's count is the row's number of such keys): then the k-th largest key
-  // reaches the hint, and the list holds it and every key above it.
-  const SplitList list = split_list(job, f);
-  const uint32_t listed = hint ? __ldcg(list.count) : 0u;
-  const bool from_list = k_binds && listed >= k && listed <= static_cast<uint32_t>(kSplitListKeys);
-  if (threadIdx.x == 0) sh.gather_count = 0;
-  __syncthreads();
-  if (from_list)
-    for (int32_t i = threadIdx.x; i < static_cast<int32_t>(listed); i += kBlock) {
-      const unsigned long long key = __ldcg(list.keys + i);
-      if (static_cast<int>(key >> 52) >= b_k) gathered[atomicAdd(&sh.gather_count, 1)] = key;
+  const SplitSlot scratch = split_slot(job.split, f);
+  const unsigned long long row_total = __ldcg(scratch.total);  // every valid token's (joint top-p only)
+  bool k_binds = true;
+  int32_t n = 0;
+  if (hint) {
+    // Each slice lists a token once, so the list's count is the row's number of keys at or above the
+    // hint. When that is at least k (stage 2's hint is its prefix's k-th key, so always, unless the
+    // list overflows), the k-th largest key reaches the hint, and the list holds it and every key above.
+    const SplitList list = scratch.list();
+    const uint32_t listed = __ldcg(list.count);
+    const bool from_list = listed >= k && listed <= static_cast<uint32_t>(kSplitListKeys);
+    if (from_list) {
+      n = static_cast<int32_t>(listed);
+      for (int32_t i = threadIdx.x; i < n; i += kBlock) gathered[i] = __ldcg(list.keys + i);
     }
-  __syncthreads();  // the list read before the slot's reset
-  reset_split_slot(job, f, g_mass, g_count, g_best);
-  timeline_mark(kMarkMerged);
-  if (!from_list) {
+    __syncthreads();  // the list read before its reset
+    reset_split_list(scratch, listed);
+    timeline_mark(kMarkMerged);
+    if (!from_list) return true;
+    if (threadIdx.x == 0) atomicAdd(job.split.list_rows, 1ull);
+  } else {
+    const int32_t V = job.table.vocab_size;
+    // The bucket of the k-th largest valid key by the buckets' counts, and the keys above it (none
+    // found: at most k - 1 valid keys, all gathered from bucket 0 up).
+    if (threadIdx.x == 0) {
+      sh.split_bucket = -1;
+      sh.split_above = 0;
+      sh.gather_count = 0;
+    }
+    __syncthreads();
+    BlockSelect<kBlock>::crossing_bucket<kSplitBuckets>(
+        [&](int b) { return static_cast<unsigned long long>(__ldcg(&scratch.count[b])); }, k, sh.select,
+        &sh.split_bucket, &sh.split_above);
+    __syncthreads();
+    k_binds = sh.split_bucket >= 0;
+    const int b_k = k_binds ? sh.split_bucket : 0;
+    const bool fits =
+        !k_binds || sh.split_above + __ldcg(&scratch.count[b_k]) <= static_cast<unsigned long long>(kSplitGatherKeys);
+    __syncthreads();  // the counts read before the slot's reset
+    reset_split_slot(scratch);
+    timeline_mark(kMarkMerged);
     if (!fits) return true;  // a plateau crowds b_k: the one-block path
     // One pass over z: every valid key in b_k and above.
     const float* z = job.z + static_cast<int64_t>(r) * V;
@@ -860,9 +947,15 @@ __device__ __forceinline__ bool split_top_k_gather(const RowJob& job, int32_t r,
       }
     });
     __syncthreads();
+    n = min(sh.gather_count, kSplitGatherKeys);
   }
-  const int32_t n = min(sh.gather_count, kSplitGatherKeys);
   timeline_mark(kMarkListed);
+  if (n <= kRankDecideKeys) {
+    rank_decide_top_k(n, k_binds ? k : 0ull, p, m, row_total, cut, sh, gathered);
+    *rest = 0;
+    *n_out = n;
+    return false;
+  }
   // Step 7: the k-th largest key (n >= k when it binds).
   if (k_binds)
     *cut = max(*cut, BlockSelect<kBlock>::select_desc(n, k, [&](int32_t i) { return gathered[i]; },

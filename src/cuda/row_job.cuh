@@ -159,6 +159,7 @@ struct SplitScratch {
   unsigned long long* total;  // [slots]
   int32_t* done;              // [slots]
   int32_t* nan;               // [slots]
+  unsigned long long* list_rows;  // [1] rows decided from a SplitList since the sampler was created
   int32_t rows;               // rows split across blocks at most (0: none)
   int32_t slots;              // >= rows
 };
@@ -171,6 +172,21 @@ struct SplitList {
   unsigned long long* keys;  // [kSplitListKeys]
   uint32_t* count;
 };
+
+// Slot f of a SplitScratch: its buckets and sums, and the list a top-k row keeps in its words.
+struct SplitSlot {
+  unsigned long long* mass;  // [kSplitBuckets]
+  uint32_t* count;           // [kSplitBuckets]
+  uint32_t* best;            // [kSplitBuckets]
+  unsigned long long* total;
+  int32_t* done;
+  int32_t* nan;
+  __host__ __device__ SplitList list() const { return SplitList{mass, best}; }
+};
+__host__ __device__ inline SplitSlot split_slot(const SplitScratch& s, int32_t f) {
+  const int64_t b = static_cast<int64_t>(f) * kSplitBuckets;
+  return SplitSlot{s.mass + b, s.count + b, s.best + b, s.total + f, s.done + f, s.nan + f};
+}
 
 struct RowJob {
   const void* logits;
@@ -194,12 +210,6 @@ struct RowJob {
   bool advance_step;
   bool append_to_history;
 };
-
-// Slot f's SplitList.
-__host__ __device__ inline SplitList split_list(const RowJob& job, int32_t f) {
-  return SplitList{job.split.mass + static_cast<int64_t>(f) * kSplitBuckets,
-                   job.split.best + static_cast<int64_t>(f) * kSplitBuckets};
-}
 
 // The fast path, one kernel: stage 1 on every chunk of every row, stage 2 in the last block of each row to
 // finish. Rows it cannot settle are flagged in job.fast.exact_flags. Reads the request table only.

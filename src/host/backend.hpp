@@ -22,6 +22,7 @@ class SamplerBackend {
   virtual void append_output(int32_t slot, const int32_t* tokens, int64_t count, void* stream) = 0;
   virtual uint64_t step(int32_t slot) const = 0;
   virtual uint64_t exact_path_rows() const { return 0; }
+  virtual uint64_t exact_path_list_rows() const { return 0; }
   virtual void sample(const LogitsView& logits, const int32_t* slots, const BitmaskView& bitmask,
                       const SampleOutputs& out, const CallOptions& options) = 0;
   virtual void verify(const LogitsView& logits, const VerifyInputs& in, const BitmaskView& bitmask,

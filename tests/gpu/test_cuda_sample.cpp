@@ -293,6 +293,7 @@ struct AgreementCount {
   int compared = 0;
   int near_ties = 0;
   uint64_t exact_rows = 0;  // rows the GPU sent to the exact kernel
+  uint64_t list_rows = 0;   // of those, top-k rows decided from the split's list (exact_path_list_rows)
 };
 
 // Rows mapped to scattered slots of a table of R + 8, by a multiplier prime to the table's size so
@@ -343,7 +344,7 @@ AgreementCount agreement_on(const Batch& b, int steps, int64_t row_pad = 0, std:
     compared += R;
     for (int32_t r = 0; r < R; ++r) EXPECT_EQ(cpu.step(slots[r]), gpu.step(slots[r]));
   }
-  return {compared, near_ties, gpu.exact_path_rows()};
+  return {compared, near_ties, gpu.exact_path_rows(), gpu.exact_path_list_rows()};
 }
 
 // One random batch of R rows (every row kind, random parameters, a bitmask) through agreement_on.
@@ -882,8 +883,11 @@ TEST(CudaExactPath, CrowdedTopTokensSmallVocabulary) { crowded_top_agrees(3001);
 //  1: plateaus: a level group of tokens above the rest (itself in steps of 0.5), top-k inside the
 //     group (the k-th key ties with others by value, split by id) or just past it, every rule;
 //  2: top-k 50-500 with joint top-p at |z| near 10^4 (fp32: x = 100 + 0.03 N(0, 1), T 0.01), where
-//     stage 1's fp32 total leaves a margin of about 1e-3 that the crossing mostly falls within (the
-//     bench's "kind 3" rows, undecided now and then at ordinary |z|, always here).
+//     stage 1's fp32 total leaves a margin of about 1e-3 (the bench's "kind 3" rows, undecided now
+//     and then at ordinary |z|); in rows r % 8 = 6, and every such row at the small vocabulary, two
+//     leaders (x = 40.25 and 40) far above the rest under a top-k and a joint top-p within 4e-6 of
+//     the first leader's share: stage 2 cannot decide them (its margin) and leaves its k-th key as
+//     the hint, so their tokens-only calls take the split's list (the test checks that some do).
 // At V = 32000 also a row of top-k 9000 (past the split's gather: exact_row from the first slice)
 // and a plateau of 9000 tied tokens at the top with top-k 100 (the k-th key's bucket crowds the
 // gather: exact_row from the last slice), and a row of 2000 allowed tokens under top-k 4000 (fewer
@@ -916,6 +920,29 @@ void top_k_exact_agrees(int32_t V, std::initializer_list<std::pair<int32_t, int>
           if (rule < 0.4f) p.top_p = 0.5f + 0.49f * u(rng);
           else if (rule < 0.7f) p.min_p = 0.01f + 0.3f * u(rng);
           b.kinds[r] = RowKind::kPlateau;
+        } else if (family == 2 && (small || r % 8 == 6)) {  // two leaders far above the rest
+          for (int32_t t = 0; t < V; ++t) row[t] = normal(rng);
+          const int32_t first = static_cast<int32_t>(rng() % V);
+          row[first] = 40.25f;
+          row[(first + 1 + static_cast<int32_t>(rng() % (V - 1))) % V] = 40.0f;
+          p.temperature = 1.0f;
+          // Stage 2 sorts about k + 16 keys from the tiles' candidates: at V = 1000, one tile of at
+          // most three a lane, about 40 lie above its bound.
+          p.top_k = small ? 5 + static_cast<int32_t>(rng() % 20) : 50 + static_cast<int32_t>(rng() % 150);
+          // The first leader's share of the mass, 1 / (1 + e^-0.25) (the rest's is e^-40 of it),
+          // 4e-6 above or below top-p: inside stage 2's margin (1.3e-5 at |z| = 40), far outside the
+          // double and fixed-point sums' differences (about 1e-13). Kept: one leader, or both.
+          const double lead = 1.0 / (1.0 + std::exp(-0.25));
+          p.top_p = static_cast<float>(lead * (u(rng) < 0.5f ? 1.0 - 4e-6 : 1.0 + 4e-6));
+          p.top_p_joint = true;
+          p.min_p = 0.0f;
+          p.repetition_penalty = 1.0f;  // nothing moves a leader
+          p.frequency_penalty = p.presence_penalty = 0.0f;
+          p.logit_bias.clear();
+          p.banned_tokens.clear();
+          p.allowed_tokens.clear();
+          b.bitmask_index[r] = -1;
+          b.kinds[r] = RowKind::kPeaked;
         } else if (family == 2) {  // top-k 50-500, joint top-p at large |z|
           const bool wide = dtype == sonic::DType::kF32;  // bf16 cannot hold x = 100 + 0.03 N(0, 1)
           for (int32_t t = 0; t < V; ++t) row[t] = wide ? 100.0f + 0.03f * normal(rng) : 3.0f * normal(rng);
@@ -963,13 +990,18 @@ void top_k_exact_agrees(int32_t V, std::initializer_list<std::pair<int32_t, int>
       }
       std::vector<uint64_t> flagged;
       const AgreementCount n = agreement_on(b, steps, 0, &flagged);
-      std::printf("top-k exact V=%d, %d rows, dtype=%d: %d rows compared, %d near-tie disagreements, exact rows %llu\n",
-                  V, rows, static_cast<int>(dtype), n.compared, n.near_ties,
-                  static_cast<unsigned long long>(n.exact_rows));
+      std::printf(
+          "top-k exact V=%d, %d rows, dtype=%d: %d rows compared, %d near-tie disagreements, exact rows %llu, "
+          "from the list %llu\n",
+          V, rows, static_cast<int>(dtype), n.compared, n.near_ties, static_cast<unsigned long long>(n.exact_rows),
+          static_cast<unsigned long long>(n.list_rows));
       EXPECT_LE(n.near_ties, n.compared / 20);  // each one checked to be a near-tie by compare()
       if (!small) {
         EXPECT_GE(n.exact_rows, static_cast<uint64_t>(n.compared / 4));  // the exact kernel did run
       }
+      // The leaders' rows: stage 2 sorts their top k and leaves them undecided, so it hints, and the
+      // tokens-only calls split them and decide them from the list.
+      EXPECT_GT(n.list_rows, 0u) << "no row was decided from the split's list";
       // Only the tokens-only calls (the last third) split: each must have flagged rows.
       for (int step = steps - steps / 3; step < steps; ++step)
         EXPECT_GT(flagged[step], 0u) << "tokens-only call " << step << " flagged no row";
