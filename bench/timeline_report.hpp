@@ -341,7 +341,12 @@ void report(const std::string& label, int calls, int nbuf, Call call) {
                 field(&Phases::slice), field(&Phases::last_slice));
     for (int m = sonic::cuda::kMarkMerged; m < kTimelineMarks; ++m) {
       const double d = med([m](const Phases& p) { return p.split[m]; });
-      if (d > 0) std::printf(" %s %.2f,", sonic::cuda::kTimelineMarkNames[m], d);
+      // A list row's ranks reuse stage 2's gather marks (timeline.cuh).
+      const char* name = m == sonic::cuda::kMarkThreshold ? "masses"
+                         : m == sonic::cuda::kMarkStaged  ? "ranked"
+                         : m == sonic::cuda::kMarkGathered ? "top-k cut"
+                                                           : sonic::cuda::kTimelineMarkNames[m];
+      if (d > 0) std::printf(" %s %.2f,", name, d);
     }
     std::printf("\n");
   }

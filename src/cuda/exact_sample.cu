@@ -277,6 +277,7 @@ __device__ KeptDraw draw_kept(int32_t n, KeyFn key_of, unsigned long long cut, f
     screened = better(screened, ArgMax{base_of(s) + static_cast<double>(detail::gumbel_from_uniform_fast(uniform_of(t))), t});
   }
   const double reach = block_argmax(screened, sh).score - 2.0 * kFastNoiseSlack;
+  timeline_mark(kMarkDrawScreened);
   ArgMax local{0.0, -1};
   for (int32_t i = threadIdx.x; i < n; i += kBlock) {
     const unsigned long long k = key_of(i);
@@ -821,6 +822,7 @@ __device__ __forceinline__ void rank_decide_top_k(int32_t n, unsigned long long 
   for (int32_t i = threadIdx.x; i < n; i += kBlock)
     mass[i] = fixed_mass(detail::key_value(gathered[i]), static_cast<double>(m));
   __syncthreads();
+  timeline_mark(kMarkThreshold);
   unsigned long long key[kPer], own[kPer], above[kPer];
   uint32_t rank[kPer];
 #pragma unroll
@@ -844,6 +846,7 @@ __device__ __forceinline__ void rank_decide_top_k(int32_t n, unsigned long long 
           above[q] += wj;
         }
     }
+  timeline_mark(kMarkStaged);
   // Step 7: the key of rank k - 1 (n >= k when k binds: the keys are distinct).
   if (k > 0) {
     unsigned long long c_k = 0;
@@ -852,6 +855,7 @@ __device__ __forceinline__ void rank_decide_top_k(int32_t n, unsigned long long 
       if (key[q] && rank[q] == k - 1) c_k = key[q];
     *cut = max(*cut, block_max_u64(c_k, sh));
   }
+  timeline_mark(kMarkGathered);
   // Step 8 (exact_row's rules): the target against the row's total (joint) or the survivors' mass.
   if (p.top_p < 1.0f) {
     const bool joint = p.flags & kSlotTopPJoint;

@@ -20,7 +20,9 @@ namespace sonic::cuda {
 // The marks of a fast-kernel block, in the order it reaches them. The exact kernel's blocks mark
 // entry and exit, and a split row's slices (exact_sample.cu) reuse some: request (the row's
 // parameters read), chunk end (the slice counted), and in the row's last slice merge (the buckets
-// to gather chosen), listed (the gather pass), decided (the cut) and sampled.
+// to gather chosen), listed (the gather pass), decided (the cut), the draw's screened pass and
+// sampled; a list row's ranks (rank_decide_top_k) mark threshold (its keys' masses), staged (the
+// ranks) and sorted (the top-k cut).
 enum TimelineMark : int {
   kMarkEntry,       // the block starts
   kMarkScreening,   // stage 1: the request is read, the first steps are in flight
@@ -33,6 +35,7 @@ enum TimelineMark : int {
   kMarkStaged,      // the gather: the prefix's keys are staged
   kMarkGathered,    // the gather: the prefix is sorted
   kMarkDecided,     // the kept set is decided
+  kMarkDrawScreened,  // the exact kernel's draw (draw_kept): the fast-noise pass and its block maximum
   kMarkSampled,     // the token is drawn
   kMarkExit,        // the block leaves
   kTimelineMarks
@@ -40,7 +43,7 @@ enum TimelineMark : int {
 // Their names, for reports.
 constexpr const char* kTimelineMarkNames[kTimelineMarks] = {
     "entry", "request", "screen", "chunk end", "request again", "merge", "listed",
-    "threshold", "staged", "sorted", "decided", "sampled", "exit"};
+    "threshold", "staged", "sorted", "decided", "screened", "sampled", "exit"};
 // Values a block records beside its marks (stage 2 of a row; 0 where not reached).
 enum TimelineValue : int {
   kValueCandidates,  // the row's candidates in the list
