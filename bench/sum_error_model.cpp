@@ -8,7 +8,9 @@
 //                               sum: prints the worst |ref / sum_all - 1| over the kernel's margin
 //                               (detail::top_p_sum_margin, |zm| + 62 since v3.33) and over the
 //                               former one (|zm| + 32, v3.31-v3.32),
-//                               with the whole row one chunk (large B) and one tile a chunk (B = 1).
+//                               with the whole row one chunk (large B) and one tile a chunk (B = 1),
+//                               the lanes' sums plain (the kernels') and compensated (perf-notes
+//                               v3.35: 70.1 and 10.9 units of 2^-24 at worst, one chunk).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -50,12 +52,21 @@ inline float fast_expf(float x) {
   return ex2_approx(v, false);
 }
 
+// The lanes' running sums compensated (docs/experiments/compensated-lane-sums.patch): each group's
+// sum joins by Fast2Sum of the larger and the smaller, its rounding error kept in comp.
+bool g_compensated = false;
+
 struct ExpSum {
   float max = -INFINITY;
   float sum = 0.0f;
+  float comp = 0.0f;  // g_compensated: what the running sum's additions rounded away
   bool rebase(float m, float inv_t) {
     if (m > max) {
-      if (max > -INFINITY && max < INFINITY) sum *= fast_expf((max - m) * inv_t);
+      if (max > -INFINITY && max < INFINITY) {
+        const float f = fast_expf((max - m) * inv_t);
+        sum *= f;
+        comp *= f;
+      }
       max = m;
     }
     return max > -INFINITY && max < INFINITY;
@@ -64,8 +75,17 @@ struct ExpSum {
     const float to_base2 = inv_t * 1.4426950408889634f;
     float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int i = 0; i < 32; ++i) part[i % 4] += exp2_flush(std::fmax((x[i] - max) * to_base2, -INFINITY));
-    sum += (part[0] + part[1]) + (part[2] + part[3]);
+    const float g = (part[0] + part[1]) + (part[2] + part[3]);
+    if (!g_compensated) {
+      sum += g;
+      return;
+    }
+    const float a = std::fmax(sum, g), b = std::fmin(sum, g);  // both >= 0
+    const float t = a + b;
+    comp += b - (t - a);
+    sum = t;
   }
+  float total() const { return sum + comp; }
 };
 
 // Layout: width = tokens per 16-byte load (4 fp32, 8 16-bit); groups_per_step = 1 (fp32, short
@@ -127,7 +147,7 @@ inline Stat chunk_stat(const std::vector<float>& x, int V, float inv_t, const La
     for (int l = 0; l < 32; ++l) m = std::fmax(m, lane[l].max);
     float part[32];
     for (int l = 0; l < 32; ++l) {
-      if (lane[l].max > -INFINITY && m < INFINITY) part[l] = lane[l].sum * fast_expf((lane[l].max - m) * inv_t);
+      if (lane[l].max > -INFINITY && m < INFINITY) part[l] = lane[l].total() * fast_expf((lane[l].max - m) * inv_t);
       else part[l] = 0.0f;
     }
     wsum[w].max = m;
@@ -206,7 +226,9 @@ int main(int argc, char** argv) {
   const float T = 1.0f;
   const Layout L;
   const int tiles = (V + L.tile_tokens() - 1) / L.tile_tokens();
+  for (const bool compensated : {false, true})
   for (const int mode : {0, 1, -1}) {
+    g_compensated = compensated;
     g_ex2_mode = mode;
     double best = 0.0;
     for (double d = 14.0; d < 19.0; d += 0.0005) {
@@ -218,8 +240,9 @@ int main(int argc, char** argv) {
       if (ratio <= best) continue;
       best = ratio;
       const double rel1 = r.total / device_sum_all(x, T, L, chunks_for_tpc(tiles, 1)) - 1.0;
-      std::printf("ex2 %+d d=%.4f rel(one chunk)=%.4e rel(a tile a chunk)=%.4e margin=%.4e ratio=%.3f "
-                  "ratio(former +32)=%.3f\n", mode, d, rel, rel1, sonic::detail::top_p_sum_margin(r.zm), ratio,
+      std::printf("%s ex2 %+d d=%.4f rel(one chunk)=%.4e (%.1f units of 2^-24) rel(a tile a chunk)=%.4e "
+                  "margin=%.4e ratio=%.3f ratio(former +32)=%.3f\n", compensated ? "compensated" : "plain", mode, d,
+                  rel, std::fabs(rel) * 0x1p24, rel1, sonic::detail::top_p_sum_margin(r.zm), ratio,
                   std::fabs(rel) / former_margin(r.zm));
     }
   }
