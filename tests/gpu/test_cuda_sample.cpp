@@ -213,33 +213,47 @@ bool near_tie(const Batch& b, int32_t r, const RowState& st, int32_t cpu_tok, in
     const uint32_t w = sonic::detail::random_word(p.seed, st.step, sonic::detail::purpose(sonic::detail::Draw::kSampling, 0), t);
     return static_cast<double>(z[t]) + sonic::detail::gumbel_from_uniform_exact(sonic::detail::uniform_from_word(w));
   };
-  char buf[256];
-  if (in_kept(gpu_tok)) {
-    const double d = std::fabs(score(cpu_tok) - score(gpu_tok));
-    std::snprintf(buf, sizeof buf, "both kept, perturbed scores differ by %.3g", d);
-    *why = buf;
-    return d <= std::ldexp(1.0, -17) * std::max(1.0, std::fabs(score(cpu_tok)));
-  }
-  // The GPU kept a token the reference did not: it must sit right at a boundary.
+  // Whether a token sits on a kept-set boundary: its z within 1e-5 of min-p's threshold, or the
+  // mass before it (renormalised over the first min(k, ...) survivors unless joint) within 1e-5 of
+  // top-p's, so that one side may keep it and the other not.
   const std::vector<int32_t> order = sonic::ref::order_tokens(z);
   const std::vector<double> probs = sonic::ref::softmax_over(z, order);
-  double cum = 0.0;
-  size_t pos = 0;
-  while (pos < order.size() && order[pos] != gpu_tok) cum += probs[pos++];
-  const double zmax = z[order[0]];
-  const double thr = p.min_p > 0.0f ? zmax + std::log(static_cast<double>(p.min_p)) : -INFINITY;
-  const bool minp_edge = p.min_p > 0.0f && std::fabs(z[gpu_tok] - thr) <= 1e-5 * std::max(1.0, std::fabs(thr));
-  // Top-p edge: the mass before the GPU token, renormalised over the first min(k, ...) survivors.
+  const double thr = p.min_p > 0.0f ? z[order[0]] + std::log(static_cast<double>(p.min_p)) : -INFINITY;
   double surv = 0.0;
   const size_t k = p.top_k > 0 && p.top_k < b.V ? static_cast<size_t>(p.top_k) : order.size();
   for (size_t i = 0; i < std::min(k, order.size()); ++i)
     if (!(p.min_p > 0.0f) || z[order[i]] >= thr) surv += probs[i];
-  const double rel = (p.top_p_joint ? cum : cum / surv);
-  const bool topp_edge = p.top_p < 1.0f && std::fabs(rel - p.top_p) <= 1e-5;
-  std::snprintf(buf, sizeof buf, "gpu token at order position %zu, kept %zu; mass before it %.8f (p %.8f), min-p edge %d",
-                pos, kept.ids.size(), rel, p.top_p, minp_edge);
-  *why = buf;
-  return minp_edge || topp_edge;
+  char buf[256];
+  auto at_boundary = [&](int32_t t, const char* who) {
+    double cum = 0.0;
+    size_t pos = 0;
+    while (pos < order.size() && order[pos] != t) cum += probs[pos++];
+    const bool minp_edge = p.min_p > 0.0f && std::fabs(z[t] - thr) <= 1e-5 * std::max(1.0, std::fabs(thr));
+    const double rel = p.top_p_joint ? cum : cum / surv;
+    const bool topp_edge = p.top_p < 1.0f && std::fabs(rel - p.top_p) <= 1e-5;
+    std::snprintf(buf, sizeof buf, "%s token at order position %zu, kept %zu; mass before it %.8f (p %.8f), min-p edge %d",
+                  who, pos, kept.ids.size(), rel, p.top_p, minp_edge);
+    *why = buf;
+    return minp_edge || topp_edge;
+  };
+  if (in_kept(gpu_tok)) {
+    const double d = std::fabs(score(cpu_tok) - score(gpu_tok));
+    if (d <= std::ldexp(1.0, -17) * std::max(1.0, std::fabs(score(cpu_tok)))) {
+      std::snprintf(buf, sizeof buf, "both kept, perturbed scores differ by %.3g", d);
+      *why = buf;
+      return true;
+    }
+    // The GPU's kept set ended before the reference's token (the GPU's token is the winner of a
+    // shorter prefix): that token must sit right at a boundary.
+    const bool edge = at_boundary(cpu_tok, "both kept by the reference, perturbed scores apart; cpu");
+    if (!edge) {
+      std::snprintf(buf, sizeof buf, "both kept, perturbed scores differ by %.3g", d);
+      *why = buf;
+    }
+    return edge;
+  }
+  // The GPU kept a token the reference did not: it must sit right at a boundary.
+  return at_boundary(gpu_tok, "gpu");
 }
 
 // Compares the two backends' outputs row by row. Token disagreements are allowed only where the
