@@ -101,18 +101,8 @@ class CudaBackend final : public SamplerBackend {
     table_.append_output(slot, tokens, count, static_cast<cudaStream_t>(stream));
   }
   uint64_t step(int32_t slot) const override { return table_.step(slot); }
-  uint64_t exact_path_rows() const override {
-    unsigned long long n = 0;
-    SONIC_CUDA_CHECK(cudaDeviceSynchronize());
-    SONIC_CUDA_CHECK(cudaMemcpy(&n, flagged_total_, sizeof n, cudaMemcpyDeviceToHost));
-    return n;
-  }
-  uint64_t exact_path_list_rows() const override {
-    unsigned long long n = 0;
-    SONIC_CUDA_CHECK(cudaDeviceSynchronize());
-    SONIC_CUDA_CHECK(cudaMemcpy(&n, flagged_total_ + 1, sizeof n, cudaMemcpyDeviceToHost));
-    return n;
-  }
+  uint64_t exact_path_rows() const override { return path_count(0); }
+  uint64_t exact_path_list_rows() const override { return path_count(1); }
 
   void sample(const LogitsView& logits, const int32_t* slots, const BitmaskView& bitmask,
               const SampleOutputs& out, const CallOptions& options) override {
@@ -389,6 +379,15 @@ class CudaBackend final : public SamplerBackend {
     // 0: the exact path's split top-k rows ignore stage 2's hint (FastScratch::exact_hints): their
     // slices count keys by bucket and the last gathers in one pass over the row, as before the hint.
     if (const auto n = env_int("SONIC_CUDA_SPLIT_LIST", 0, 1)) split_list_ = *n != 0;
+  }
+
+  // Counter i of flagged_total_ (0: rows flagged, 1: rows decided from a SplitList), once the device
+  // is idle: the diagnostics' one read.
+  uint64_t path_count(int i) const {
+    unsigned long long n = 0;
+    SONIC_CUDA_CHECK(cudaDeviceSynchronize());
+    SONIC_CUDA_CHECK(cudaMemcpy(&n, flagged_total_ + i, sizeof n, cudaMemcpyDeviceToHost));
+    return n;
   }
 
   // The device arrays below; whatever the constructor allocated before a throw is freed.

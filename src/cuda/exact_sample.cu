@@ -700,7 +700,7 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   nan_seen = __syncthreads_or(nan_seen);
   for (int b = threadIdx.x; buckets && b < kSplitBuckets; b += kBlock)
     if (h_n[b]) {
-      if (!top_k_row) atomicAdd(&scratch.mass[b], static_cast<unsigned long long>(h_hi[b]) << 32 | h_lo[b]);  // (SplitList)
+      if (!top_k_row) atomicAdd(&scratch.mass[b], static_cast<unsigned long long>(h_hi[b]) << 32 | h_lo[b]);  // (none summed)
       atomicAdd(&scratch.count[b], h_n[b]);
       if (h_best[b]) atomicMax(&scratch.best[b], h_best[b]);
     }

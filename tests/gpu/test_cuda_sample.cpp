@@ -245,12 +245,9 @@ bool near_tie(const Batch& b, int32_t r, const RowState& st, int32_t cpu_tok, in
     }
     // The GPU's kept set ended before the reference's token (the GPU's token is the winner of a
     // shorter prefix): that token must sit right at a boundary.
-    const bool edge = at_boundary(cpu_tok, "both kept by the reference, perturbed scores apart; cpu");
-    if (!edge) {
-      std::snprintf(buf, sizeof buf, "both kept, perturbed scores differ by %.3g", d);
-      *why = buf;
-    }
-    return edge;
+    char head[96];
+    std::snprintf(head, sizeof head, "both kept, perturbed scores differ by %.3g; the reference's", d);
+    return at_boundary(cpu_tok, head);
   }
   // The GPU kept a token the reference did not: it must sit right at a boundary.
   return at_boundary(gpu_tok, "gpu");
