@@ -6,11 +6,12 @@
 //   sonic_sum_error_model [V]   sweeps the "sea" row: one token at x = 0, the other V - 1 at -d
 //                               (T 1), d from 14 to 19, each term about half an ulp of the running
 //                               sum: prints the worst |ref / sum_all - 1| over the kernel's margin
-//                               (detail::top_p_sum_margin, |zm| + 62 since v3.33) and over the
-//                               former one (|zm| + 32, v3.31-v3.32),
+//                               (detail::top_p_sum_margin: |zm| + 44 since v3.36, + 62 in
+//                               v3.33-v3.35) and over the one before (|zm| + 32, v3.31-v3.32),
 //                               with the whole row one chunk (large B) and one tile a chunk (B = 1),
-//                               the lanes' sums plain (the kernels') and compensated (perf-notes
-//                               v3.35: 70.1 and 10.9 units of 2^-24 at worst, one chunk).
+//                               the lanes' sums plain (the kernels' before v3.36) and compensated
+//                               (the kernels' since v3.36): 70.1 and 10.9 units of 2^-24 at worst,
+//                               one chunk (perf-notes v3.35).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -52,8 +53,9 @@ inline float fast_expf(float x) {
   return ex2_approx(v, false);
 }
 
-// The lanes' running sums compensated (docs/experiments/compensated-lane-sums.patch): each group's
-// sum joins by Fast2Sum of the larger and the smaller, its rounding error kept in comp.
+// The lanes' running sums compensated, as stage 1's ExpSum does since v3.36 (src/cuda/stage1_chunk.cuh):
+// each group's sum joins by Fast2Sum of the larger and the smaller, its rounding error kept in comp.
+// false models the plain sums before it.
 bool g_compensated = false;
 
 struct ExpSum {

@@ -118,9 +118,9 @@ install_python() {
 if [[ " $steps " == *" pytest "* ]]; then
   # The Python tests with torch (custom ops, torch.compile, CUDA-graph capture) and the GPU.
   if install_python; then
-    (cd tests/python && SONIC_LIBRARY="$PWD/../../build-gpu/src/libsonic.so" "$py" -m pytest -q \
+    (cd tests/python && SONIC_LIBRARY="$PWD/../../build-gpu/src/libsonic.so" "$py" -m pytest -q -rs \
       -p no:cacheprovider . ) >"$L/pytest.log" 2>&1; r=$?
-    log "pytest rc=$r: $(tail -1 "$L/pytest.log")"
+    log "pytest rc=$r: $(tail -1 "$L/pytest.log")"; grep "^SKIPPED" "$L/pytest.log" | head -5
     [ $r -ne 0 ] && { grep -E "FAILED|Error" "$L/pytest.log" | head -20; rc=1; }
   else
     rc=1

@@ -119,10 +119,13 @@ constexpr uint32_t kLeastFiniteOrderBits = 0x00800000u;
 // sum's order, which follows the batch size (perf-notes v3.31, v3.32; bench/sum_error_model.cpp
 // measures it against adversarial rows).
 // In 2^-24 units: the z roundings 2 |zm| + |e| a term (e = z - zm), stage 1's exponent 5 |e| and
-// ex2 4, where the mass-weighted |e| stays below about 10, and the fp32 summation up to about 60 at
-// B = 512 (perf-notes v3.32): 2 |zm| + 124, and 16.8 more (the 1e-6).
+// ex2 4, where the mass-weighted |e| stays below about 10, and the fp32 summation: with the lanes'
+// compensated sums (ExpSum) at most about 19 at B = 512 (7 in the largest term's partial, 2 joining
+// the partials, 2 the compensated lane sum, 5 the warp tree, 3 the block's FMAs; the sea row of
+// bench/sum_error_model.cpp reaches 10.9, 70.1 uncompensated): 2 |zm| + 88 with 4 to spare, and
+// 16.8 more (the 1e-6).
 SONIC_HD double top_p_sum_margin(float zm) {
-  return 1e-6 + expm1((fabs(static_cast<double>(zm)) + 62.0) * 0x1p-23);
+  return 1e-6 + expm1((fabs(static_cast<double>(zm)) + 44.0) * 0x1p-23);
 }
 
 // The total order of steps 7-8 as one integer: z descending, then token id ascending. A larger

@@ -53,13 +53,21 @@ __device__ __forceinline__ float exp2_flush(float v) {
 }
 
 // A running sum of exp((x - max) * inv_t) with its running maximum, rescaled when the maximum grows.
-// Only finite maxima carry a sum (a row with a +inf or no finite maximum never uses it).
+// Only finite maxima carry a sum (a row with a +inf or no finite maximum never uses it). A lane's
+// sum is compensated (Fast2Sum a group, the rounding error kept in comp): its up to 64 additions
+// would otherwise round the same way on an adversarial row, most of the fp32 error that decide_kept's
+// top-p margin must cover (perf-notes v3.32, bench/sum_error_model.cpp).
 struct ExpSum {
   float max = -INFINITY;
   float sum = 0.0f;
+  float comp = 0.0f;  // what the additions to sum rounded away
   __device__ __forceinline__ bool rebase(float m, float inv_t) {  // true when the sum may be added to
     if (m > max) {
-      if (max > -INFINITY && max < INFINITY) sum *= __expf((max - m) * inv_t);
+      if (max > -INFINITY && max < INFINITY) {
+        const float f = __expf((max - m) * inv_t);
+        sum *= f;
+        comp *= f;
+      }
       max = m;
     }
     return max > -INFINITY && max < INFINITY;
@@ -72,13 +80,17 @@ struct ExpSum {
     float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < kGroupTokens; ++i) part[i % 4] += exp2_flush(fmaxf((x[i] - max) * to_base2, -INFINITY));
-    sum += (part[0] + part[1]) + (part[2] + part[3]);
+    const float g = (part[0] + part[1]) + (part[2] + part[3]);
+    const float a = fmaxf(sum, g), b = fminf(sum, g);  // both >= 0: Fast2Sum's order
+    const float t = __fadd_rn(a, b);
+    comp += __fsub_rn(b, __fsub_rn(t, a));  // (not contracted: no product)
+    sum = t;
   }
   // Combines the 32 lanes' sums into a warp's (every lane gets it).
   __device__ __forceinline__ ExpSum warp_combine(float inv_t) const {
     ExpSum w;
     w.max = warp_max(max);
-    const float part = (max > -INFINITY && w.max < INFINITY) ? sum * __expf((max - w.max) * inv_t) : 0.0f;
+    const float part = (max > -INFINITY && w.max < INFINITY) ? (sum + comp) * __expf((max - w.max) * inv_t) : 0.0f;
     w.sum = warp_sum(part);
     return w;
   }
