@@ -52,7 +52,7 @@ static_assert(kStageBytes<DType::kBF16, kShortStepLoads> == kStageBytes<DType::k
 // tails' logic inlined into one kernel made the 16-bit kernel spill 80 bytes and cost 0.7-1.7 us at
 // B <= 128, where no row has a tail; perf-notes v3.23).
 // Loads: 16-byte loads a lane a step (FastScratch::step_loads).
-template <DType D, bool Tails, int Loads>
+template <DType D, bool Tails, int Loads, Calls C>
 __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
   // The stage-1 slots at a 128-byte aligned shared address (the static variables left them 96 bytes
   // past one). Measured side by side, H200, V = 151936, graph (docs/perf-notes.md v3.17):
@@ -62,6 +62,15 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
   extern __shared__ __align__(128) uint4 dynamic_shared[];
   __shared__ Stage1Shared s1;
   __shared__ int last;
+  // A verification row's resolution, made by thread 0 before its warp's copies and handed to the
+  // block through shared memory: a VerifyRow live in every thread across the copies made ptxas spill.
+  struct EarlyVerifyRow {
+    VerifyRow w;
+    const int32_t* mask;
+    int32_t slot;
+    RowResolution res;
+  };
+  __shared__ EarlyVerifyRow early_verify;
   // (The row tails' grid after the heads' in the timeline's table.)
   timeline_enter(Tails && job.fast.tail_launch ? gridDim.x * gridDim.y : 0);
   StepSlot<D, Loads>* slots = reinterpret_cast<StepSlot<D, Loads>*>(reinterpret_cast<char*>(dynamic_shared) + kSlotOffset);
@@ -77,20 +86,27 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
   // behind (perf-notes v3.26 items 5 and 7). A tail must anyway, to learn whether it has work: it
   // leaves at once if the row has no tails or this one is empty (its head counted it) or the row is
   // not valid (chunk 0 reports it); a head's first steps are the same either way. (Sampler::top_k's
-  // calls have no request, nor tails: launch() gives them none.) Verification rows resolve after
-  // their copies: their VerifyRow, live across them, made ptxas spill.
+  // calls have no request, nor tails: launch() gives them none.) Verification rows (their kernels
+  // only) resolve in thread 0, whose result the block reads from shared memory after its copies.
   ChunkRange first_steps = Tails ? tails_range(job.fast, chunk, false) : ChunkRange{0, 0};
   int32_t first_slot = 0;
   const int32_t* first_mask = nullptr;
   VerifyRow first_w;
   if (Tails && job.fast.tail_launch) {
-    if (resolve_call_row(job, r, &first_slot, &first_mask, &first_w) != kRowOk) return;
-    first_steps = tails_range(job.fast, chunk, row_has_tail(job.fast, call_row_prologue(job, first_slot, first_mask, first_w)));
+    if (resolve_call_row<C>(job, r, &first_slot, &first_mask, &first_w) != kRowOk) return;
+    first_steps = tails_range(job.fast, chunk, row_has_tail(job.fast, call_row_prologue<C>(job, first_slot, first_mask, first_w)));
     if (first_steps.first == first_steps.end) return;
   }
-  const bool resolved_first = !(Tails && job.fast.tail_launch) && job.top_k.k == 0 && job.verify.num_requests == 0;
+  const bool resolved_first = !(Tails && job.fast.tail_launch) && job.top_k.k == 0 && !verification_call<C>(job);
   RowResolution first_res = kRowOk;
-  if (resolved_first) first_res = resolve_call_row(job, r, &first_slot, &first_mask, &first_w);
+  if (resolved_first) first_res = resolve_call_row<C>(job, r, &first_slot, &first_mask, &first_w);
+  // Verification rows: the binary search over cu_rows is a chain of log2(requests) loads.
+  const bool verify_first = !(Tails && job.fast.tail_launch) && job.top_k.k == 0 && verification_call<C>(job);
+  if (verify_first && threadIdx.x == 0) {
+    EarlyVerifyRow e;
+    e.res = resolve_call_row<C>(job, r, &e.slot, &e.mask, &e.w);
+    early_verify = e;
+  }
   // Start the chunk's first copies: their latency overlaps the row's prologue.
   const void* row = static_cast<const char*>(job.logits) + static_cast<int64_t>(r) * job.row_stride * elem_bytes(D);
   const bool vec_ok = (reinterpret_cast<uintptr_t>(row) & 15) == 0;
@@ -119,14 +135,18 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
   } else if (resolved_first) {
     slot = first_slot, mask = first_mask;  // (w: verification rows only)
     res = first_res;
+  } else if (verify_first) {
+    __syncthreads();  // early_verify
+    slot = early_verify.slot, mask = early_verify.mask, w = early_verify.w;
+    res = early_verify.res;
   } else {
-    res = resolve_call_row(job, r, &slot, &mask, &w);
+    res = resolve_call_row<C>(job, r, &slot, &mask, &w);
   }
   if (res != kRowOk) {
     copy_async_wait<0>();  // nothing may still write the block's shared memory when it exits
     if (chunk == 0) {
       if (res == kRowInvalid) {
-        if (job.verify.num_requests) {
+        if (verification_call<C>(job)) {
           if (threadIdx.x == 0) write_invalid_verify_row(job, r);
         } else {
           write_invalid_row(job.out, r, threadIdx.x, kFastThreads);
@@ -137,7 +157,7 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
     return;
   }
   {
-    const RowPrologue pro = call_row_prologue(job, slot, mask, w);
+    const RowPrologue pro = call_row_prologue<C>(job, slot, mask, w);
     if (!stage1_chunk<D, Tails, Loads>(job, r, chunk, slot, pro, row_kind(pro, job, V), row, vec_ok, slots, s1, &last)) {
       timeline_mark(kMarkExit);
       return;
@@ -149,18 +169,20 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
     return;
   }
   // Stage 2 reads the row's request afresh, so that stage 1 holds none of it in registers.
-  resolve_call_row(job, r, &slot, &mask, &w);
-  const RowPrologue pro = call_row_prologue(job, slot, mask, w);
+  resolve_call_row<C>(job, r, &slot, &mask, &w);
+  const RowPrologue pro = call_row_prologue<C>(job, slot, mask, w);
   timeline_mark(kMarkStage2);
   timeline_clock(kValueClockStage2);
-  stage2_row(job, r, slot, pro, row_kind(pro, job, V), w, s2);
+  stage2_row<kFastThreads, C>(job, r, slot, pro, row_kind(pro, job, V), w, s2);
   timeline_clock(kValueClockExit);
   timeline_mark(kMarkExit);
 }
 
-template <DType D, bool Tails, int Loads = kStepLoads>
+// C: Calls::kSampling for sampling and top-k calls, Calls::kAny for verification calls (the sampling
+// kernels carry no verification code).
+template <DType D, bool Tails, int Loads, Calls C>
 __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_sample_kernel(RowJob job) {
-  fast_sample_block<D, Tails, Loads>(job);
+  fast_sample_block<D, Tails, Loads, C>(job);
   // The row tails' grid must not complete before the heads' grid (the kernels after it wait for it
   // alone): its last block to finish waits for that grid, and only that block.
   if (Tails && job.fast.tail_launch && threadIdx.x == 0) {
@@ -172,37 +194,50 @@ __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_samp
   }
 }
 
-template <DType D>
+template <DType D, Calls C>
 void launch(const RowJob& job, bool programmatic, cudaStream_t stream) {
   constexpr size_t kShared = kFastSharedBytes<D, kStepLoads>;
   if constexpr (D != DType::kF32) {  // short steps: never with row tails (the backend's scratch())
     if (job.fast.step_loads == kShortStepLoads) {
-      fast_sample_kernel<D, false, kShortStepLoads>
+      fast_sample_kernel<D, false, kShortStepLoads, C>
           <<<dim3(job.fast.chunks, job.rows), kFastThreads, kFastSharedBytes<D, kShortStepLoads>, stream>>>(job);
       return;
     }
   }
   if (job.fast.tail_first == 0 || job.top_k.k > 0) {  // (top-k rows have no rules, so no tails)
-    fast_sample_kernel<D, false><<<dim3(job.fast.chunks, job.rows), kFastThreads, kShared, stream>>>(job);
+    fast_sample_kernel<D, false, kStepLoads, C><<<dim3(job.fast.chunks, job.rows), kFastThreads, kShared, stream>>>(job);
     return;
   }
   // Row tails: the heads, then the tails as a programmatic dependent (the heads allow it at their
   // start).
   const dim3 grid(job.fast.chunks / 2, job.rows);
-  fast_sample_kernel<D, true><<<grid, kFastThreads, kShared, stream>>>(job);
+  fast_sample_kernel<D, true, kStepLoads, C><<<grid, kFastThreads, kShared, stream>>>(job);
   RowJob tails = job;
   tails.fast.tail_launch = 1;
-  launch_dependent(fast_sample_kernel<D, true>, grid, dim3(kFastThreads), kShared, programmatic, stream, tails);
+  launch_dependent(fast_sample_kernel<D, true, kStepLoads, C>, grid, dim3(kFastThreads), kShared, programmatic, stream,
+                   tails);
 }
 
-// Every fast kernel of a dtype: with and without row tails, and short steps for 16-bit logits. The
-// occupancy and the carveout below must cover the same list.
+template <DType D>
+void launch(const RowJob& job, bool programmatic, cudaStream_t stream) {
+  if (job.verify.num_requests > 0) launch<D, Calls::kAny>(job, programmatic, stream);
+  else launch<D, Calls::kSampling>(job, programmatic, stream);
+}
+
+// Every fast kernel of a dtype: sampling and verification ones, with and without row tails, and
+// short steps for 16-bit logits. The occupancy and the carveout below must cover the same list.
+template <DType D, Calls C>
+void add_fast_kernels(std::vector<const void*>& kernels) {
+  kernels.push_back(reinterpret_cast<const void*>(fast_sample_kernel<D, false, kStepLoads, C>));
+  kernels.push_back(reinterpret_cast<const void*>(fast_sample_kernel<D, true, kStepLoads, C>));
+  if constexpr (D != DType::kF32)
+    kernels.push_back(reinterpret_cast<const void*>(fast_sample_kernel<D, false, kShortStepLoads, C>));
+}
 template <DType D>
 std::vector<const void*> fast_kernels() {
-  std::vector<const void*> kernels = {reinterpret_cast<const void*>(fast_sample_kernel<D, false>),
-                                      reinterpret_cast<const void*>(fast_sample_kernel<D, true>)};
-  if constexpr (D != DType::kF32)
-    kernels.push_back(reinterpret_cast<const void*>(fast_sample_kernel<D, false, kShortStepLoads>));
+  std::vector<const void*> kernels;
+  add_fast_kernels<D, Calls::kSampling>(kernels);
+  add_fast_kernels<D, Calls::kAny>(kernels);
   return kernels;
 }
 

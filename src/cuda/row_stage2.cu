@@ -26,7 +26,10 @@ __device__ __forceinline__ void leave_after_fast_kernel() {
 #endif
 }
 
-__global__ void __launch_bounds__(kRowStage2Threads) row_stage2_kernel(RowJob job) {
+// C: Calls::kSampling for sampling and top-k calls, Calls::kAny for verification calls (as the fast
+// kernel's).
+template <Calls C>
+__global__ void __launch_bounds__(kRowStage2Threads, C == Calls::kAny ? 0 : 1) row_stage2_kernel(RowJob job) {
   __shared__ Stage2Shared<kRowStage2Threads> sh;
   timeline_enter();  // resident (with programmatic launch, possibly long before its row is done)
   const int32_t r = blockIdx.x;
@@ -49,12 +52,12 @@ __global__ void __launch_bounds__(kRowStage2Threads) row_stage2_kernel(RowJob jo
   // (and counted no chunks); their blocks still wait, so that this grid never completes before the
   // fast one (the exact kernel after it waits for this grid only, and a call of invalid rows alone
   // would otherwise let it and the next call's kernels run beside the fast kernel's last blocks).
-  if (resolve_call_row(job, r, &slot, &mask, &w) != kRowOk) {
+  if (resolve_call_row<C>(job, r, &slot, &mask, &w) != kRowOk) {
     wait_for_prerequisite_grid();
     allow_dependent_launch();
     return;
   }
-  const RowPrologue pro = call_row_prologue(job, slot, mask, w);
+  const RowPrologue pro = call_row_prologue<C>(job, slot, mask, w);
   wait_for_count(job.fast.tiles_done + r, job.fast.chunks);  // the row's chunks are done and visible
   allow_dependent_launch();
 #if SONIC_TIMELINE && SONIC_TIMELINE_WARM_CODE
@@ -72,7 +75,7 @@ __global__ void __launch_bounds__(kRowStage2Threads) row_stage2_kernel(RowJob jo
       timeline_mark(kMarkStage2);
       timeline_clock(kValueClockStage2);
     }
-    stage2_row(job, r, slot, pro, row_kind(pro, job, job.table.vocab_size), w, sh);
+    stage2_row<kRowStage2Threads, C>(job, r, slot, pro, row_kind(pro, job, job.table.vocab_size), w, sh);
     if (run + 1 < kRuns) __syncthreads();
   }
   timeline_clock(kValueClockExit);
@@ -92,12 +95,18 @@ extern "C" int sonic_timeline_read_warps(unsigned long long* out, int blocks) {
 #endif
 
 void set_row_stage2_carveout(int percent) {
-  SONIC_CUDA_CHECK(cudaFuncSetAttribute(row_stage2_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent));
+  for (const void* kernel : {reinterpret_cast<const void*>(row_stage2_kernel<Calls::kSampling>),
+                             reinterpret_cast<const void*>(row_stage2_kernel<Calls::kAny>)})
+    SONIC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent));
 }
 
 void launch_row_stage2(const RowJob& job, bool programmatic, cudaStream_t stream) {
   if (job.rows == 0) return;
-  launch_dependent(row_stage2_kernel, dim3(job.rows), dim3(kRowStage2Threads), 0, programmatic, stream, job);
+  if (job.verify.num_requests > 0)
+    launch_dependent(row_stage2_kernel<Calls::kAny>, dim3(job.rows), dim3(kRowStage2Threads), 0, programmatic, stream, job);
+  else
+    launch_dependent(row_stage2_kernel<Calls::kSampling>, dim3(job.rows), dim3(kRowStage2Threads), 0, programmatic,
+                     stream, job);
 }
 
 }  // namespace sonic::cuda

@@ -113,7 +113,7 @@ __device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro
                             Stage2Shared<Threads>& sh);
 
 // Stage 2 for row r (the whole block).
-template <int Threads>
+template <int Threads, Calls C = Calls::kAny>
 __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const RowPrologue& pro, const RowKind& k,
                            const VerifyRow& w, Stage2Shared<Threads>& sh) {
   const SlotTableView& tab = job.table;
@@ -123,7 +123,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
   const int tid = threadIdx.x;
   merge_row(job, r, k, sh);
   timeline_mark(kMarkMerged);
-  const bool verifying = job.verify.num_requests > 0;
+  const bool verifying = verification_call<C>(job);
   if (verifying && !block_request_ok(job, w)) {
     if (tid == 0) {
       write_invalid_verify_row(job, r);

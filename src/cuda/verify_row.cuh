@@ -114,11 +114,21 @@ __device__ inline bool accepts(uint64_t seed, uint64_t step, int32_t j, float p,
 
 enum RowResolution { kRowSkip, kRowInvalid, kRowOk };
 
+// The calls a kernel instantiation serves: sampling calls only (verification's code compiled out,
+// so that it neither takes registers nor moves the sampling path's code), or any call, told apart
+// at run time by job.verify.num_requests.
+enum class Calls { kSampling, kAny };
+template <Calls C>
+__device__ __forceinline__ bool verification_call(const RowJob& job) {
+  return C == Calls::kAny && job.verify.num_requests != 0;
+}
+
 // Resolves row r of a sampling or a verification call: its slot, its bitmask row and, for
 // verification, its place in its request (position and earlier drafts go into the prologue).
+template <Calls C = Calls::kAny>
 __device__ inline RowResolution resolve_call_row(const RowJob& job, int32_t r, int32_t* slot, const int32_t** mask,
                                                  VerifyRow* w) {
-  if (job.verify.num_requests == 0)
+  if (!verification_call<C>(job))
     return resolve_row(job.table, job.slots, r, job.bitmask, job.bitmask_rows, job.bitmask_stride,
                        job.bitmask_index, slot, mask)
                ? kRowOk
@@ -138,11 +148,12 @@ __device__ inline RowResolution resolve_call_row(const RowJob& job, int32_t r, i
 
 // The prologue of a resolved row of the call: its slot's parameters and bitmask row and, for a
 // verification row, its position and the drafts before it (output tokens for the penalties).
+template <Calls C = Calls::kAny>
 __device__ __forceinline__ RowPrologue call_row_prologue(const RowJob& job, int32_t slot, const int32_t* mask,
                                                          const VerifyRow& w) {
   RowPrologue pro;
   pro.init(job.table, slot, mask);
-  if (job.verify.num_requests) {
+  if (verification_call<C>(job)) {
     pro.position = static_cast<uint32_t>(w.j);
     pro.prev_drafts = job.verify.draft_tokens + w.draft0;
     pro.n_prev = w.j;
