@@ -904,8 +904,10 @@ __device__ __forceinline__ bool split_top_k_gather(const RowJob& job, int32_t r,
   int32_t n = 0;
   if (hint) {
     // Each slice lists a token once, so the list's count is the row's number of keys at or above the
-    // hint. When that is at least k (stage 2's hint is its prefix's k-th key, so always, unless the
-    // list overflows), the k-th largest key reaches the hint, and the list holds it and every key above.
+    // hint. When that is at least k, the k-th largest key reaches the hint, and the list holds it and
+    // every key above. Stage 2's hint is its prefix's k-th key (k <= kGatherCap <= kSplitListKeys), so
+    // the count is exactly k whenever both paths form the same z, as they follow the same rules: the
+    // fallback below only guards against their disagreeing, and no test can reach it.
     const SplitList list = scratch.list();
     const uint32_t listed = __ldcg(list.count);
     const bool from_list = listed >= k && listed <= static_cast<uint32_t>(kSplitListKeys);

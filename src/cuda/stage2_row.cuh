@@ -231,7 +231,9 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
       timeline_value(kValueKept, kept);
       if (kept <= 0) {
         exact = true;
-        // A top-k row's k-th sorted key: k of the row's keys reach it (the exact path's split).
+        // A top-k row's k-th sorted key: k of the row's keys reach it (the exact path's split), and
+        // its list holds them all.
+        static_assert(kGatherCap <= kSplitListKeys, "the exact path's list holds a hinted row's k keys");
         if (top_k_on && p.top_k <= n) exact_hint = sh.sorted[p.top_k - 1];
       } else {
         kept_sum = sh.cum[kept - 1];
