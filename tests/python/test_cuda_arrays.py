@@ -127,10 +127,11 @@ def test_top_k_matches_torch_topk(dtype):
 
 
 def test_current_and_explicit_streams():
-    _, gpu = _pair()
+    cpu, gpu = _pair()
     x = _logits(R, 21).cuda()
     opts = dict(advance_step=False, append_to_history=False)  # the same answer every call
     base = gpu.sample(x, **opts).tokens.clone()
+    assert torch.equal(base.cpu(), cpu.sample(_host(x), **opts).tokens)  # and the reference's
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # the caller's current stream

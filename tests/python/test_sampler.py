@@ -129,7 +129,13 @@ def test_calls_from_two_threads():
     t = threading.Thread(target=admits)
     t.start()
     for _ in range(200):
-        assert s.sample(x).tokens.shape == (8,)
+        out = s.sample(x, logprobs="raw")
+        # Whatever request a slot holds at that moment, a valid row yields a token of the vocabulary
+        # with status 0 and a finite log-probability.
+        assert out.tokens.shape == (8,)
+        assert ((out.tokens >= 0) & (out.tokens < 64)).all()
+        assert (out.status == 0).all()
+        assert np.isfinite(out.logprob).all()
     t.join()
     assert not errors
 
