@@ -7,13 +7,17 @@
 #   scripts/sass_fingerprint.sh [BUILD_DIR]           (default: build; needs a CUDA build)
 #   scripts/sass_fingerprint.sh --check [BUILD_DIR]   (against docs/validated-sass.txt: exit 0 when
 #                                                     every kernel is as validated, else the diff)
+#   scripts/sass_fingerprint.sh --sizes [BUILD_DIR]   (each kernel's instructions, registers and stack
+#                                                     frame, which spills grow: a change's code size
+#                                                     beside main's)
 # Only the lines after the header compare across machines with the same nvcc: another compiler
 # version gives other SASS. cuobjdump (and the nvdisasm it runs) come from the CUDA toolkit, or else
 # from PyPI's nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm, installed into build-tools/ (ignored
 # by git) on first use.
 set -euo pipefail
-check=0
+check=0 sizes=0
 [ "${1:-}" == "--check" ] && { check=1; shift; }
+[ "${1:-}" == "--sizes" ] && { sizes=1; shift; }
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
 if [ $check == 1 ]; then
@@ -42,6 +46,36 @@ fi
 export PATH="$(dirname "$cuobjdump"):$PATH"  # cuobjdump -sass runs nvdisasm
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 nvcc_version=$("$nvcc" --version 2>/dev/null | grep -o 'V[0-9][0-9.]*' | head -1 || echo unknown)
+if [ $sizes == 1 ]; then
+  echo "# kernel sizes: nvcc ${nvcc_version}, $(echo "$objs" | wc -l) objects of $build"
+  echo "# instructions registers stack name"
+  for o in $objs; do
+    { "$cuobjdump" -sass "$o"; echo "@@res-usage"; "$cuobjdump" -res-usage "$o"; } | python3 -c '
+import re, sys
+anon = re.compile(r"_GLOBAL__N__[0-9a-f]+_[0-9]+_\w+?_[0-9a-f]{8}")
+count, usage, name, res = {}, {}, None, False
+for line in sys.stdin:
+    if line.startswith("@@res-usage"):
+        res = True
+        continue
+    m = re.match(r"\s*Function\s*:?\s*(\S+?):?$", line.rstrip())
+    if m:
+        name = anon.sub("ANON", m.group(1))
+        continue
+    if name is None:
+        continue
+    if not res and re.match(r"\s+/\*[0-9a-f]+\*/", line):
+        count[name] = count.get(name, 0) + 1
+    elif res and "REG:" in line:
+        f = dict(kv.split(":", 1) for kv in line.split() if ":" in kv)
+        usage[name] = (f.get("REG", "?"), f.get("STACK", "?"))
+for n in sorted(count):
+    reg, stack = usage.get(n, ("?", "?"))
+    print(count[n], reg, stack, n)
+'
+  done | sort -k4
+  exit 0
+fi
 echo "# sass fingerprint: nvcc ${nvcc_version}, $(echo "$objs" | wc -l) objects of $build"
 for o in $objs; do
   sass=$("$cuobjdump" -sass "$o") || { echo "sass_fingerprint: cuobjdump failed on $o" >&2; exit 1; }
