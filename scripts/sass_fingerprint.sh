@@ -77,9 +77,14 @@ for n in sorted(count):
   exit 0
 fi
 echo "# sass fingerprint: nvcc ${nvcc_version}, $(echo "$objs" | wc -l) objects of $build"
+tmp=$(mktemp)
+trap 'rm -f "$tmp"' EXIT
 for o in $objs; do
-  sass=$("$cuobjdump" -sass "$o") || { echo "sass_fingerprint: cuobjdump failed on $o" >&2; exit 1; }
-  echo "$sass" | python3 -c '
+  # Straight from cuobjdump: a command substitution would strip the trailing blank lines that every
+  # other function's text ends with, so that the last kernel of an object would hash differently
+  # from the same kernel elsewhere (moving a kernel to another file moved its line).
+  "$cuobjdump" -sass "$o" > "$tmp" || { echo "sass_fingerprint: cuobjdump failed on $o" >&2; exit 1; }
+  python3 -c '
 import hashlib, re, sys
 anon = re.compile(r"_GLOBAL__N__[0-9a-f]+_[0-9]+_\w+?_[0-9a-f]{8}")
 name, body = None, []
@@ -94,5 +99,5 @@ for line in sys.stdin:
     elif name:
         body.append(anon.sub("ANON", line))
 flush()
-'
+' < "$tmp"
 done | sort -k2

@@ -1,0 +1,34 @@
+// The verification forms of the fast kernel (fast_sample_kernel.cuh, Calls::kAny): verification calls
+// run them, with their rows resolved before the copies; fast_sample.cu dispatches to them. A file of
+// their own so that nvcc compiles them beside the sampling forms, not after them.
+#include <vector>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/fast_sample_kernel.cuh"
+#include "cuda/timeline.cuh"
+
+namespace sonic::cuda {
+
+void launch_fast_verify(const RowJob& job, bool programmatic, cudaStream_t stream) {
+  switch (job.dtype) {
+    case DType::kF32: launch_form<DType::kF32, Calls::kAny>(job, programmatic, stream); break;
+    case DType::kBF16: launch_form<DType::kBF16, Calls::kAny>(job, programmatic, stream); break;
+    case DType::kF16: launch_form<DType::kF16, Calls::kAny>(job, programmatic, stream); break;
+  }
+}
+
+std::vector<const void*> fast_verify_kernels(DType dtype) {
+  std::vector<const void*> kernels;
+  switch (dtype) {
+    case DType::kF32: add_fast_kernels<DType::kF32, Calls::kAny>(kernels); break;
+    case DType::kBF16: add_fast_kernels<DType::kBF16, Calls::kAny>(kernels); break;
+    case DType::kF16: add_fast_kernels<DType::kF16, Calls::kAny>(kernels); break;
+  }
+  return kernels;
+}
+
+#if SONIC_TIMELINE
+int read_fast_verify_timeline(unsigned long long* out, int blocks) { return read_timeline_table(out, blocks); }
+#endif
+
+}  // namespace sonic::cuda
