@@ -2,16 +2,27 @@
 // merge of the chunks into sum_all) against the CPU reference's total, for one row, to test
 // decide_kept's top-p margin (src/cuda/stage2_row.cuh) on adversarial rows (perf-notes v3.32). The
 // fp32 operations follow the device code in order; ex2.approx is modelled as correctly rounded or
-// off by 2^-22 either way. Built with -ffp-contract=off (contractions only where written as fma).
-//   sonic_sum_error_model [V]   sweeps the "sea" row: one token at x = 0, the other V - 1 at -d
-//                               (T 1), d from 14 to 19, each term about half an ulp of the running
-//                               sum: prints the worst |ref / sum_all - 1| over the kernel's margin
-//                               (detail::top_p_sum_margin: |zm| + 44 since v3.36, + 62 in
+// off by 2^-22 either way (PTX ISA: at most 2 ulp from the correctly rounded result, which is
+// 2^-22 relative at worst). Built with -ffp-contract=off (contractions only where written as fma).
+//   sonic_sum_error_model [V] [sea]   sweeps the "sea" row: one token at x = 0, the other V - 1 at
+//                               -d (T 1), d from 14 to 19, each term about half an ulp of the
+//                               running sum: prints the worst |ref / sum_all - 1| over the kernel's
+//                               margin (detail::top_p_sum_margin: |zm| + 44 since v3.36, + 62 in
 //                               v3.33-v3.35) and over the one before (|zm| + 32, v3.31-v3.32),
 //                               with the whole row one chunk (large B) and one tile a chunk (B = 1),
 //                               the lanes' sums plain (the kernels' before v3.36) and compensated
 //                               (the kernels' since v3.36): 70.1 and 10.9 units of 2^-24 at worst,
 //                               one chunk (perf-notes v3.35).
+//   sonic_sum_error_model [V] rising   rows whose lanes' maxima rise at every tile, so that each
+//                               lane's sum is rescaled (sum *= __expf(..)) once a tile and the
+//                               errors of those rescales compound over the row (the whole row one
+//                               chunk, the lanes compensated; perf-notes v3.37): "band", every
+//                               token of tile t at -(tiles - 1 - t) delta; "lane", only the first
+//                               token of each tile so (one lane's), the rest at -40; "bulk", the
+//                               band from -d with one token at 0. Sweeps delta (and d) for each
+//                               model of ex2.approx and prints each family's worst ratio to the
+//                               margin. V = 262144 (64 tiles): 1.2-1.3 with ex2 2 ulp off the same
+//                               way at every rescale, 0.18-0.24 correctly rounded.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -216,17 +227,9 @@ inline Ref reference(const std::vector<float>& x, float T) {
 // The margin before v3.33 (|zm| + 32), which the sea row reached 0.868 of: beside the kernel's.
 double former_margin(float zm) { return 1e-6 + std::expm1((std::fabs(static_cast<double>(zm)) + 32.0) * 0x1p-23); }
 
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  const int V = argc > 1 ? std::atoi(argv[1]) : 262144;
-  if (V < 4096) {
-    std::fprintf(stderr, "sonic_sum_error_model: V must be at least 4096, got %d\n", V);
-    return 2;
-  }
+// The sea row's sweep (see the header).
+int sweep_sea(int V, const Layout& L) {
   const float T = 1.0f;
-  const Layout L;
   const int tiles = (V + L.tile_tokens() - 1) / L.tile_tokens();
   for (const bool compensated : {false, true})
   for (const int mode : {0, 1, -1}) {
@@ -249,4 +252,62 @@ int main(int argc, char** argv) {
     }
   }
   return 0;
+}
+
+// The rising rows' sweep (see the header): the kernels' compensated lanes, the whole row one chunk.
+int sweep_rising(int V, const Layout& L) {
+  const float T = 1.0f;
+  const int tt = L.tile_tokens();
+  const int tiles = (V + tt - 1) / tt;
+  g_compensated = true;
+  struct Worst { double ratio = 0.0, rel = 0.0, delta = 0.0, d = 0.0; };
+  auto measure = [&](const std::vector<float>& x, double delta, double d, Worst& w) {
+    const Ref r = reference(x, T);
+    const double rel = r.total / device_sum_all(x, T, L, chunks_for_tpc(tiles, tiles)) - 1.0;
+    const double ratio = std::fabs(rel) / sonic::detail::top_p_sum_margin(r.zm);
+    if (ratio > w.ratio) w = Worst{ratio, rel, delta, d};
+  };
+  auto report = [](const char* family, int mode, const Worst& w) {
+    std::printf("rising %-4s ex2 %+d: worst ratio %.3f (rel %.3e, %.1f units of 2^-24) at delta %.3g d %.1f\n", family,
+                mode, w.ratio, w.rel, std::fabs(w.rel) * 0x1p24, w.delta, w.d);
+  };
+  for (const int mode : {0, 1, -1}) {
+    g_ex2_mode = mode;
+    Worst band, lane, bulk;
+    for (double delta = 1e-7; delta < 2.0; delta *= 1.05) {
+      std::vector<float> x(V);
+      for (int t = 0; t < V; ++t) x[t] = static_cast<float>(-(tiles - 1 - t / tt) * delta);
+      measure(x, delta, 0.0, band);
+      std::fill(x.begin(), x.end(), -40.0f);
+      for (int t = 0; t < tiles; ++t) x[static_cast<size_t>(t) * tt] = static_cast<float>(-(tiles - 1 - t) * delta);
+      measure(x, delta, 0.0, lane);
+    }
+    for (double d = 2.0; d < 16.0; d += 0.5)
+      for (double delta = 1e-6; delta < 0.3; delta *= 1.3) {
+        std::vector<float> x(V);
+        for (int t = 0; t < V; ++t) x[t] = static_cast<float>(-d - (tiles - 1 - t / tt) * delta);
+        x[static_cast<size_t>(tiles - 1) * tt] = 0.0f;
+        measure(x, delta, d, bulk);
+      }
+    report("band", mode, band);
+    report("lane", mode, lane);
+    report("bulk", mode, bulk);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int V = argc > 1 ? std::atoi(argv[1]) : 262144;
+  const char* rows = argc > 2 ? argv[2] : "sea";
+  if (V < 4096) {
+    std::fprintf(stderr, "sonic_sum_error_model: V must be at least 4096, got %d\n", V);
+    return 2;
+  }
+  const Layout L;
+  if (std::strcmp(rows, "sea") == 0) return sweep_sea(V, L);
+  if (std::strcmp(rows, "rising") == 0) return sweep_rising(V, L);
+  std::fprintf(stderr, "sonic_sum_error_model: rows must be sea or rising, got %s\n", rows);
+  return 2;
 }
