@@ -13,6 +13,8 @@
 //                               the lanes' sums plain (the kernels' before v3.36) and compensated
 //                               (the kernels' since v3.36): 70.1 and 10.9 units of 2^-24 at worst,
 //                               one chunk (perf-notes v3.35).
+//   sonic_sum_error_model [V] sea|rising pow2   the same rows with the sums kept relative to a
+//                               power of two (docs/experiments/pow2-sums.patch, g_pow2 below).
 //   sonic_sum_error_model [V] rising   rows whose lanes' maxima rise at every tile, so that each
 //                               lane's sum is rescaled (sum *= __expf(..)) once a tile and the
 //                               errors of those rescales compound over the row (the whole row one
@@ -68,26 +70,43 @@ inline float fast_expf(float x) {
 // each group's sum joins by Fast2Sum of the larger and the smaller, its rounding error kept in comp.
 // false models the plain sums before it.
 bool g_compensated = false;
+// The sums kept relative to a power of two, 2^k with k = ceil(max c), so that a growing maximum
+// rescales them exactly (docs/experiments/pow2-sums.patch, perf-notes v3.37): each term one fmaf
+// of x c - k and one ex2.approx; the warps' and the block's combines and stage 2's merge exact
+// scalings, stage 2's conversion to the row maximum in double. false models the kernels' sums
+// (rescaled by __expf at each new maximum).
+bool g_pow2 = false;
+inline float sum_base2(float inv_t) { return inv_t * 1.4426950408889634f; }
+constexpr float kSumScaleLimit = 0x1p22f;
+inline float sum_scale(float m, float c) { return std::ceil(std::fmin(std::fmax(m * c, -kSumScaleLimit), kSumScaleLimit)); }
+inline float exact_pow2(float d) {
+  const int e = static_cast<int>(std::fmin(std::fmax(d, -127.0f), 127.0f));
+  return e < -126 ? 0.0f : std::ldexp(1.0f, e);
+}
 
 struct ExpSum {
   float max = -INFINITY;
+  float k = -INFINITY;  // g_pow2: the scale
   float sum = 0.0f;
   float comp = 0.0f;  // g_compensated: what the running sum's additions rounded away
   bool rebase(float m, float inv_t) {
     if (m > max) {
+      const float kn = sum_scale(m, sum_base2(inv_t));
       if (max > -INFINITY && max < INFINITY) {
-        const float f = fast_expf((max - m) * inv_t);
+        const float f = g_pow2 ? exact_pow2(k - kn) : fast_expf((max - m) * inv_t);
         sum *= f;
         comp *= f;
       }
       max = m;
+      k = kn;
     }
     return max > -INFINITY && max < INFINITY;
   }
   void add_group(const float* x, float inv_t) {
     const float to_base2 = inv_t * 1.4426950408889634f;
     float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int i = 0; i < 32; ++i) part[i % 4] += exp2_flush(std::fmax((x[i] - max) * to_base2, -INFINITY));
+    for (int i = 0; i < 32; ++i)
+      part[i % 4] += exp2_flush(std::fmax(g_pow2 ? std::fma(x[i], to_base2, -k) : (x[i] - max) * to_base2, -INFINITY));
     const float g = (part[0] + part[1]) + (part[2] + part[3]);
     if (!g_compensated) {
       sum += g;
@@ -156,13 +175,15 @@ inline Stat chunk_stat(const std::vector<float>& x, int V, float inv_t, const La
       }
     }
     // warp_combine
-    float m = -INFINITY;
-    for (int l = 0; l < 32; ++l) m = std::fmax(m, lane[l].max);
+    float m = -INFINITY, wk = -INFINITY;
+    for (int l = 0; l < 32; ++l) m = std::fmax(m, lane[l].max), wk = std::fmax(wk, lane[l].k);
     float part[32];
     for (int l = 0; l < 32; ++l) {
-      if (lane[l].max > -INFINITY && m < INFINITY) part[l] = lane[l].total() * fast_expf((lane[l].max - m) * inv_t);
+      if (lane[l].max > -INFINITY && m < INFINITY)
+        part[l] = lane[l].total() * (g_pow2 ? exact_pow2(lane[l].k - wk) : fast_expf((lane[l].max - m) * inv_t));
       else part[l] = 0.0f;
     }
+    wsum[w].k = wk;
     wsum[w].max = m;
     wsum[w].sum = warp_sum(part);
     wmax[w] = m;
@@ -172,7 +193,7 @@ inline Stat chunk_stat(const std::vector<float>& x, int V, float inv_t, const La
   float s = 0.0f;
   for (int w = 0; w < 4; ++w) {
     if (wsum[w].max > -INFINITY && tm < INFINITY) {
-      const float f = fast_expf((wsum[w].max - tm) * inv_t);
+      const float f = g_pow2 ? exact_pow2(wsum[w].k - sum_scale(tm, sum_base2(inv_t))) : fast_expf((wsum[w].max - tm) * inv_t);
       s = std::fma(wsum[w].sum, f, s);  // t.sum += ws.sum * __expf(..), contracted to an FFMA
     }
   }
@@ -190,7 +211,10 @@ inline double merge(const std::vector<Stat>& st, float inv_t) {
       const size_t c = l + 32 * h;
       if (c < st.size() && st[c].max > -INFINITY) {
         const float e = (st[c].max - m) * inv_t;
-        sum = std::fma(static_cast<double>(st[c].sum), std::exp(static_cast<double>(e)), sum);
+        const float cf = sum_base2(inv_t);
+        const double f = g_pow2 ? std::exp2(static_cast<double>(sum_scale(st[c].max, cf)) - static_cast<double>(m) * cf)
+                                : std::exp(static_cast<double>(e));
+        sum = std::fma(static_cast<double>(st[c].sum), f, sum);
       }
     }
     lane[l] = sum;
@@ -245,8 +269,8 @@ int sweep_sea(int V, const Layout& L) {
       if (ratio <= best) continue;
       best = ratio;
       const double rel1 = r.total / device_sum_all(x, T, L, chunks_for_tpc(tiles, 1)) - 1.0;
-      std::printf("%s ex2 %+d d=%.4f rel(one chunk)=%.4e (%.1f units of 2^-24) rel(a tile a chunk)=%.4e "
-                  "margin=%.4e ratio=%.3f ratio(former +32)=%.3f\n", compensated ? "compensated" : "plain", mode, d,
+      std::printf("%s%s ex2 %+d d=%.4f rel(one chunk)=%.4e (%.1f units of 2^-24) rel(a tile a chunk)=%.4e "
+                  "margin=%.4e ratio=%.3f ratio(former +32)=%.3f\n", g_pow2 ? "pow2 " : "", compensated ? "compensated" : "plain", mode, d,
                   rel, std::fabs(rel) * 0x1p24, rel1, sonic::detail::top_p_sum_margin(r.zm), ratio,
                   std::fabs(rel) / former_margin(r.zm));
     }
@@ -268,7 +292,7 @@ int sweep_rising(int V, const Layout& L) {
     if (ratio > w.ratio) w = Worst{ratio, rel, delta, d};
   };
   auto report = [](const char* family, int mode, const Worst& w) {
-    std::printf("rising %-4s ex2 %+d: worst ratio %.3f (rel %.3e, %.1f units of 2^-24) at delta %.3g d %.1f\n", family,
+    std::printf("%s rising %-4s ex2 %+d: worst ratio %.3f (rel %.3e, %.1f units of 2^-24) at delta %.3g d %.1f\n", g_pow2 ? "pow2" : "kernels", family,
                 mode, w.ratio, w.rel, std::fabs(w.rel) * 0x1p24, w.delta, w.d);
   };
   for (const int mode : {0, 1, -1}) {
@@ -301,6 +325,7 @@ int sweep_rising(int V, const Layout& L) {
 int main(int argc, char** argv) {
   const int V = argc > 1 ? std::atoi(argv[1]) : 262144;
   const char* rows = argc > 2 ? argv[2] : "sea";
+  g_pow2 = argc > 3 && std::strcmp(argv[3], "pow2") == 0;
   if (V < 4096) {
     std::fprintf(stderr, "sonic_sum_error_model: V must be at least 4096, got %d\n", V);
     return 2;

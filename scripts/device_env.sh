@@ -35,7 +35,7 @@ run_gpu_tests() {
     >"$L/gpu_tests.log" 2>&1; r=$?
   [ $r -eq 124 ] && { $report "gpu tests TIMED OUT in: $(grep -E '^\[ RUN' "$L/gpu_tests.log" | tail -1)"; return 1; }
   $report "gpu tests rc=$r: $(grep -E '^\[  (PASSED|FAILED)  \]' "$L/gpu_tests.log" | head -2 | tr '\n' ' ')"
-  grep -E "near-tie|disagreements|^\[ (gpu )?stats" "$L/gpu_tests.log" | head -80
+  grep -E "near-tie|disagreements|^\[ (gpu )?stats|sums of rising rows" "$L/gpu_tests.log" | head -80
   [ $r -eq 0 ] || { grep -E -A6 "Failure|error" "$L/gpu_tests.log" | head -80; return 1; }
 }
 

@@ -1211,6 +1211,96 @@ void low_temperature_top_p_agrees(int32_t V) {
 TEST(CudaLowTemperature, TopPMassMatchesReference) { low_temperature_top_p_agrees(151936); }
 TEST(CudaLowTemperature, SmallVocabulary) { low_temperature_top_p_agrees(3001); }
 
+// decide_kept settles a truncated row's top-p from stage 1's total only where the crossing stays put
+// over detail::top_p_sum_margin(zm), so the total's relative error must stay inside that margin.
+// The rows are bench/sum_error_model.cpp's rising families, whose lanes' maxima rise at every tile
+// (each lane's sum rescaled at every tile where the rescales are __expf's): "band" (tile t at
+// -(tiles - 1 - t) delta), "lane" (the first token of each tile so, the rest at -40) and "bulk" (the
+// band from -3 below one token at 0), the band's tokens a little apart within a tile (so that no
+// tile is a plateau the screen crowds on); T 1 and 0.7; the whole row one chunk (the most tiles a
+// lane) and the default chunking. The processed logprob of the sampled token is z - zm - log(total),
+// so its distance from the reference's is the total's relative error: it must stay within the
+// margin and the two outputs' roundings. The model finds up to 1.3 margins where ex2.approx errs by
+// its documented 2 ulp the same way at every rescale; the worst is printed in units of 2^-24.
+void sum_error_within_margin(int32_t V) {
+  constexpr int32_t kTile = 4096;  // an fp32 tile's tokens
+  const int32_t tiles = (V + kTile - 1) / kTile;
+  struct RowSpec {
+    int family;  // 0 band, 1 lane, 2 bulk
+    float delta, T;
+  };
+  std::vector<RowSpec> specs;
+  for (const float T : {1.0f, 0.7f})
+    for (const float delta : {2e-7f, 1e-6f, 8e-6f, 6e-5f, 3e-4f, 2e-3f, 2e-2f})
+      for (const int family : {0, 1, 2}) specs.push_back({family, delta, T});
+  const int32_t R = static_cast<int32_t>(specs.size());
+  Batch b;
+  b.V = b.cols = V;
+  b.rows = R;
+  b.logits.assign(static_cast<size_t>(R) * V, -40.0f);
+  b.params.resize(R);
+  b.prompts.assign(R, {});
+  b.kinds.assign(R, RowKind::kPeaked);
+  std::mt19937_64 rng(5150 + V);
+  for (int32_t r = 0; r < R; ++r) {
+    const RowSpec& sp = specs[r];
+    float* row = b.logits.data() + static_cast<size_t>(r) * V;
+    for (int32_t t = 0; t < V; ++t) {
+      const float rise = -static_cast<float>(tiles - 1 - t / kTile) * sp.delta;
+      const float spread = -static_cast<float>(t % kTile) * (sp.delta / 8192.0f);
+      if (sp.family == 0) row[t] = rise + spread;
+      else if (sp.family == 1 && t % kTile == 0) row[t] = rise;
+      else if (sp.family == 2) row[t] = -3.0f + rise + spread;
+    }
+    if (sp.family == 2) row[static_cast<size_t>(tiles - 1) * kTile] = 0.0f;
+    sonic::RequestParams& p = b.params[r];
+    p.temperature = sp.T;
+    p.top_k = 50;
+    p.seed = rng();
+    p.initial_step = rng() % 1000;
+  }
+  const std::string whole = std::to_string(tiles);
+  for (const char* per_chunk : {whole.c_str(), static_cast<const char*>(nullptr)}) {
+    SCOPED_TRACE(std::string("SONIC_CUDA_TILES_PER_CHUNK=") + (per_chunk ? per_chunk : "(unset)"));
+    const ScopedEnv env("SONIC_CUDA_TILES_PER_CHUNK", per_chunk);
+    sonic::Sampler cpu(make_config(sonic::Backend::kCpu, V, R));
+    sonic::Sampler gpu(make_config(sonic::Backend::kCuda, V, R));
+    const std::vector<int32_t> slots = scattered_slots(R);
+    for (int32_t r = 0; r < R; ++r) {
+      cpu.admit(slots[r], b.params[r], nullptr, 0);
+      gpu.admit(slots[r], b.params[r], nullptr, 0);
+    }
+    std::vector<RowState> states(R);
+    for (int32_t r = 0; r < R; ++r) states[r] = RowState{&b.params[r], {}, {}, cpu.step(slots[r])};
+    const HostOutputs hc = run(cpu, b, slots, sonic::LogprobMode::kProcessed, {}, Outputs::kNoRankTop);
+    const HostOutputs hg = run(gpu, b, slots, sonic::LogprobMode::kProcessed, {}, Outputs::kNoRankTop);
+    double worst = 0.0, worst_units = 0.0;
+    int worst_row = -1;
+    for (int32_t r = 0; r < R; ++r) {
+      SCOPED_TRACE("row " + std::to_string(r) + " family " + std::to_string(specs[r].family) + " delta " +
+                   std::to_string(specs[r].delta) + " T " + std::to_string(specs[r].T));
+      if (hc.tokens[r] != hg.tokens[r]) {  // two tokens' logprobs: only a near-tie may differ
+        std::string why;
+        EXPECT_TRUE(near_tie(b, r, states[r], hc.tokens[r], hg.tokens[r], &why)) << why;
+        continue;
+      }
+      const float* row = b.logits.data() + static_cast<size_t>(r) * V;
+      const float zm = sonic::detail::apply_temperature(*std::max_element(row, row + V), specs[r].T);
+      const double margin = sonic::detail::top_p_sum_margin(zm);
+      const double rounding = 2.0 * std::ldexp(1.0, std::ilogb(std::fabs(hc.logprob[r])) - 23);
+      const double d = std::fabs(static_cast<double>(hg.logprob[r]) - static_cast<double>(hc.logprob[r]));
+      EXPECT_LE(d, margin + rounding) << "cpu " << hc.logprob[r] << " gpu " << hg.logprob[r];
+      if (d / margin > worst) worst = d / margin, worst_units = d * 0x1p24, worst_row = r;
+    }
+    std::printf("sums of rising rows, V=%d, tiles a chunk %s: %d rows (%llu on the exact path), the worst logprob "
+                "error %.1f units of 2^-24 = %.3f margins (row %d)\n",
+                V, per_chunk ? per_chunk : "(default)", R, static_cast<unsigned long long>(gpu.exact_path_rows()),
+                worst_units, worst, worst_row);
+  }
+}
+
+TEST(CudaSumError, RisingLanesStayWithinTheMargin) { sum_error_within_margin(262144); }
+
 // agreement_run with the environment variable `var` set to `value` while the samplers are made
 // (null: unset), for the backend's shape switches (read when a sampler is created): prints the
 // count and expects near-ties only.
