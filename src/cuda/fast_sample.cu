@@ -13,8 +13,7 @@ namespace {
 // Every fast kernel of a dtype, both files' forms. The occupancy and the carveout cover this list.
 template <DType D>
 std::vector<const void*> fast_kernels() {
-  std::vector<const void*> kernels;
-  add_fast_kernels<D, Calls::kSampling>(kernels);
+  std::vector<const void*> kernels = form_kernels<Calls::kSampling>(D);
   const std::vector<const void*> verify = fast_verify_kernels(D);
   kernels.insert(kernels.end(), verify.begin(), verify.end());
   return kernels;
@@ -74,15 +73,8 @@ void set_fast_sample_carveout(int percent) {
 
 void launch_fast_sample(const RowJob& job, bool programmatic, cudaStream_t stream) {
   if (job.rows == 0) return;
-  if (job.verify.num_requests > 0) {
-    launch_fast_verify(job, programmatic, stream);
-  } else {
-    switch (job.dtype) {
-      case DType::kF32: launch_form<DType::kF32, Calls::kSampling>(job, programmatic, stream); break;
-      case DType::kBF16: launch_form<DType::kBF16, Calls::kSampling>(job, programmatic, stream); break;
-      case DType::kF16: launch_form<DType::kF16, Calls::kSampling>(job, programmatic, stream); break;
-    }
-  }
+  if (job.verify.num_requests > 0) launch_fast_verify(job, programmatic, stream);
+  else launch_calls<Calls::kSampling>(job, programmatic, stream);
   SONIC_CUDA_CHECK(cudaGetLastError());
 }
 

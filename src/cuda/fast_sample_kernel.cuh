@@ -245,5 +245,27 @@ void add_fast_kernels(std::vector<const void*>& kernels) {
     kernels.push_back(reinterpret_cast<const void*>(fast_sample_kernel<D, false, kShortStepLoads, C>));
 }
 
+// A call's launch in form C, by its dtype.
+template <Calls C>
+void launch_calls(const RowJob& job, bool programmatic, cudaStream_t stream) {
+  switch (job.dtype) {
+    case DType::kF32: launch_form<DType::kF32, C>(job, programmatic, stream); break;
+    case DType::kBF16: launch_form<DType::kBF16, C>(job, programmatic, stream); break;
+    case DType::kF16: launch_form<DType::kF16, C>(job, programmatic, stream); break;
+  }
+}
+
+// The kernels of form C for a dtype.
+template <Calls C>
+std::vector<const void*> form_kernels(DType dtype) {
+  std::vector<const void*> kernels;
+  switch (dtype) {
+    case DType::kF32: add_fast_kernels<DType::kF32, C>(kernels); break;
+    case DType::kBF16: add_fast_kernels<DType::kBF16, C>(kernels); break;
+    case DType::kF16: add_fast_kernels<DType::kF16, C>(kernels); break;
+  }
+  return kernels;
+}
+
 }  // namespace
 }  // namespace sonic::cuda

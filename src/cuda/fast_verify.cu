@@ -10,22 +10,10 @@
 namespace sonic::cuda {
 
 void launch_fast_verify(const RowJob& job, bool programmatic, cudaStream_t stream) {
-  switch (job.dtype) {
-    case DType::kF32: launch_form<DType::kF32, Calls::kAny>(job, programmatic, stream); break;
-    case DType::kBF16: launch_form<DType::kBF16, Calls::kAny>(job, programmatic, stream); break;
-    case DType::kF16: launch_form<DType::kF16, Calls::kAny>(job, programmatic, stream); break;
-  }
+  launch_calls<Calls::kAny>(job, programmatic, stream);
 }
 
-std::vector<const void*> fast_verify_kernels(DType dtype) {
-  std::vector<const void*> kernels;
-  switch (dtype) {
-    case DType::kF32: add_fast_kernels<DType::kF32, Calls::kAny>(kernels); break;
-    case DType::kBF16: add_fast_kernels<DType::kBF16, Calls::kAny>(kernels); break;
-    case DType::kF16: add_fast_kernels<DType::kF16, Calls::kAny>(kernels); break;
-  }
-  return kernels;
-}
+std::vector<const void*> fast_verify_kernels(DType dtype) { return form_kernels<Calls::kAny>(dtype); }
 
 #if SONIC_TIMELINE
 int read_fast_verify_timeline(unsigned long long* out, int blocks) { return read_timeline_table(out, blocks); }
