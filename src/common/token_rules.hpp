@@ -123,7 +123,11 @@ constexpr uint32_t kLeastFiniteOrderBits = 0x00800000u;
 // compensated sums (ExpSum) at most about 19 at B = 512 (7 in the largest term's partial, 2 joining
 // the partials, 2 the compensated lane sum, 5 the warp tree, 3 the block's FMAs; the sea row of
 // bench/sum_error_model.cpp reaches 10.9, 70.1 uncompensated): 2 |zm| + 88 with 4 to spare, and
-// 16.8 more (the 1e-6).
+// 16.8 more (the 1e-6). Not counted: a lane's rescale at each new maximum (sum *= __expf(..)), an
+// ex2 error and a rounding each, which compound on rows whose lanes' maxima rise at every tile: the
+// model's rising rows reach 1.2-1.3 times this margin at V = 262144 if ex2.approx errs by its
+// documented 2 ulp the same way each time, 0.2 correctly rounded (perf-notes v3.37; CudaSumError
+// measures the GPU; docs/experiments/pow2-sums.patch makes the rescales exact).
 SONIC_HD double top_p_sum_margin(float zm) {
   return 1e-6 + expm1((fabs(static_cast<double>(zm)) + 44.0) * 0x1p-23);
 }
