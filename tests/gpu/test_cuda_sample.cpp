@@ -1215,9 +1215,10 @@ TEST(CudaLowTemperature, SmallVocabulary) { low_temperature_top_p_agrees(3001); 
 // over detail::top_p_sum_margin(zm), so the total's relative error must stay inside that margin.
 // The rows are bench/sum_error_model.cpp's rising families, whose lanes' maxima rise at every tile
 // (each lane's sum rescaled at every tile where the rescales are __expf's): "band" (tile t at
-// -(tiles - 1 - t) delta), "lane" (the first token of each tile so, the rest at -40) and "bulk" (the
-// band from -3 below one token at 0), the band's tokens a little apart within a tile (so that no
-// tile is a plateau the screen crowds on); T 1 and 0.7; the whole row one chunk (the most tiles a
+// -(tiles - 1 - t) delta), "lane" (the first token of each tile so, the rest between -48 and -40,
+// no mass) and "bulk" (the band from -3 below one token at 0), the band's tokens a little apart
+// within a tile (no plateau for the screen to crowd on, so every row stays on the fast path, whose
+// sums are the ones tested); T 1 and 0.7; the whole row one chunk (the most tiles a
 // lane) and the default chunking. The processed logprob of the sampled token is z - zm - log(total),
 // so its distance from the reference's is the total's relative error: it must stay within the
 // margin and the two outputs' roundings. The model finds up to 1.3 margins where ex2.approx errs by
@@ -1237,11 +1238,12 @@ void sum_error_within_margin(int32_t V) {
   Batch b;
   b.V = b.cols = V;
   b.rows = R;
-  b.logits.assign(static_cast<size_t>(R) * V, -40.0f);
+  b.logits.assign(static_cast<size_t>(R) * V, 0.0f);
   b.params.resize(R);
   b.prompts.assign(R, {});
   b.kinds.assign(R, RowKind::kPeaked);
   std::mt19937_64 rng(5150 + V);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
   for (int32_t r = 0; r < R; ++r) {
     const RowSpec& sp = specs[r];
     float* row = b.logits.data() + static_cast<size_t>(r) * V;
@@ -1249,7 +1251,7 @@ void sum_error_within_margin(int32_t V) {
       const float rise = -static_cast<float>(tiles - 1 - t / kTile) * sp.delta;
       const float spread = -static_cast<float>(t % kTile) * (sp.delta / 8192.0f);
       if (sp.family == 0) row[t] = rise + spread;
-      else if (sp.family == 1 && t % kTile == 0) row[t] = rise;
+      else if (sp.family == 1) row[t] = t % kTile == 0 ? rise : -40.0f - 8.0f * u(rng);
       else if (sp.family == 2) row[t] = -3.0f + rise + spread;
     }
     if (sp.family == 2) row[static_cast<size_t>(tiles - 1) * kTile] = 0.0f;
@@ -1296,6 +1298,7 @@ void sum_error_within_margin(int32_t V) {
                 "error %.1f units of 2^-24 = %.3f margins (row %d)\n",
                 V, per_chunk ? per_chunk : "(default)", R, static_cast<unsigned long long>(gpu.exact_path_rows()),
                 worst_units, worst, worst_row);
+    EXPECT_EQ(gpu.exact_path_rows(), 0u) << "the rows must stay on the fast path, whose sums this tests";
   }
 }
 
