@@ -1289,7 +1289,7 @@ void sum_error_within_margin(int32_t V) {
       const float* row = b.logits.data() + static_cast<size_t>(r) * V;
       const float zm = sonic::detail::apply_temperature(*std::max_element(row, row + V), specs[r].T);
       const double margin = sonic::detail::top_p_sum_margin(zm);
-      const double rounding = 2.0 * std::ldexp(1.0, std::ilogb(std::fabs(hc.logprob[r])) - 23);
+      const double rounding = 2.0 * std::ldexp(1.0, std::ilogb(std::max(1.0f, std::fabs(hc.logprob[r]))) - 23);
       const double d = std::fabs(static_cast<double>(hg.logprob[r]) - static_cast<double>(hc.logprob[r]));
       EXPECT_LE(d, margin + rounding) << "cpu " << hc.logprob[r] << " gpu " << hg.logprob[r];
       if (d / margin > worst) worst = d / margin, worst_units = d * 0x1p24, worst_row = r;
