@@ -1,5 +1,6 @@
 // The fast path's launch: the sampling forms of the kernel (fast_sample_kernel.cuh) and the dispatch
-// to fast_verify.cu's verification forms, their occupancy and their shared-memory carveout.
+// to fast_verify.cu's verification forms and fast_top_k.cu's top-k forms, their occupancy and their
+// shared-memory carveout.
 #include <algorithm>
 #include <vector>
 
@@ -14,8 +15,7 @@ namespace {
 template <DType D>
 std::vector<const void*> fast_kernels() {
   std::vector<const void*> kernels = form_kernels<Calls::kSampling>(D);
-  const std::vector<const void*> verify = fast_verify_kernels(D);
-  kernels.insert(kernels.end(), verify.begin(), verify.end());
+  for (const auto& other : {fast_top_k_kernels(D), fast_verify_kernels(D)}) kernels.insert(kernels.end(), other.begin(), other.end());
   return kernels;
 }
 
@@ -52,13 +52,15 @@ extern "C" int sonic_timeline_read(int kernel, unsigned long long* out, int bloc
     case 1: return read_exact_timeline(out, blocks);
     case 2: return read_row_stage2_timeline(out, blocks);
     default: {
-      // The fast kernel's marks are in this file's table (sampling calls) or fast_verify.cu's
-      // (verification calls). A call runs one form, and each read clears both tables, so one of the
-      // two is zero and the larger of each pair of entries is the call's.
+      // The fast kernel's marks are in this file's table (sampling calls), fast_top_k.cu's (top-k
+      // calls) or fast_verify.cu's (verification calls). A call runs one form, and each read clears
+      // every table, so all but one are zero and the largest of each entry is the call's.
       const int n = read_timeline_table(out, blocks);
-      std::vector<unsigned long long> verify(static_cast<size_t>(n) * kTimelineColumns);
-      read_fast_verify_timeline(verify.data(), n);
-      for (size_t i = 0; i < verify.size(); ++i) out[i] = std::max(out[i], verify[i]);
+      std::vector<unsigned long long> other(static_cast<size_t>(n) * kTimelineColumns);
+      for (auto read : {read_fast_top_k_timeline, read_fast_verify_timeline}) {
+        read(other.data(), n);
+        for (size_t i = 0; i < other.size(); ++i) out[i] = std::max(out[i], other[i]);
+      }
       return n;
     }
   }
@@ -73,8 +75,11 @@ void set_fast_sample_carveout(int percent) {
 
 void launch_fast_sample(const RowJob& job, bool programmatic, cudaStream_t stream) {
   if (job.rows == 0) return;
-  if (job.verify.num_requests > 0) launch_fast_verify(job, programmatic, stream);
-  else launch_calls<Calls::kSampling>(job, programmatic, stream);
+  switch (calls_of(job)) {
+    case Calls::kAny: launch_fast_verify(job, programmatic, stream); break;
+    case Calls::kTopK: launch_fast_top_k(job, programmatic, stream); break;
+    case Calls::kSampling: launch_calls<Calls::kSampling>(job, programmatic, stream); break;
+  }
   SONIC_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -3,15 +3,17 @@
 // row_stage2_kernel does instead, row_stage2.cu). Tile size, chunk size and launch shape depend on V,
 // the dtype and the grid only; results never depend on them.
 //
-// Its forms compile in two translation units, each instantiating its own (one file with all 16 took
+// Its forms compile in three translation units, each instantiating its own (one file with all 16 took
 // nvcc 216 s on two CPUs): fast_sample.cu the sampling forms (Calls::kSampling) and the launch
-// dispatch, fast_verify.cu the verification forms (Calls::kAny). The kernel sits in an anonymous
+// dispatch, fast_verify.cu the verification forms (Calls::kAny), fast_top_k.cu Sampler::top_k's
+// (Calls::kTopK). The kernel sits in an anonymous
 // namespace, internal to the file that includes this header (the library has no relocatable device
 // code), so that its names and SASS stay those that docs/validated-sass.txt records.
 #pragma once
 
 #include <vector>
 
+#include "cuda/call_forms.cuh"
 #include "cuda/cuda_check.hpp"
 #include "cuda/dependent_launch.cuh"
 #include "cuda/prologue.cuh"
@@ -26,12 +28,15 @@
 
 namespace sonic::cuda {
 
-// fast_verify.cu's part, for fast_sample.cu: a verification call's launch (Calls::kAny), and those
-// kernels of a dtype (for their occupancy and carveout).
+// fast_verify.cu's and fast_top_k.cu's parts, for fast_sample.cu: a call's launch, and those kernels
+// of a dtype (for their occupancy and carveout).
 void launch_fast_verify(const RowJob& job, bool programmatic, cudaStream_t stream);
 std::vector<const void*> fast_verify_kernels(DType dtype);
+void launch_fast_top_k(const RowJob& job, bool programmatic, cudaStream_t stream);
+std::vector<const void*> fast_top_k_kernels(DType dtype);
 #if SONIC_TIMELINE
 int read_fast_verify_timeline(unsigned long long* out, int blocks);  // fast_verify.cu's table
+int read_fast_top_k_timeline(unsigned long long* out, int blocks);   // fast_top_k.cu's
 #endif
 
 namespace {
@@ -114,11 +119,11 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
     first_steps = tails_range(job.fast, chunk, row_has_tail(job.fast, call_row_prologue<C>(job, first_slot, first_mask, first_w)));
     if (first_steps.first == first_steps.end) return;
   }
-  const bool resolved_first = !(Tails && job.fast.tail_launch) && job.top_k.k == 0 && !verification_call<C>(job);
+  const bool resolved_first = !(Tails && job.fast.tail_launch) && !top_k_call<C>(job) && !verification_call<C>(job);
   RowResolution first_res = kRowOk;
   if (resolved_first) first_res = resolve_call_row<C>(job, r, &first_slot, &first_mask, &first_w);
   // Verification rows: the binary search over cu_rows is a chain of log2(requests) loads.
-  const bool verify_first = !(Tails && job.fast.tail_launch) && job.top_k.k == 0 && verification_call<C>(job);
+  const bool verify_first = !(Tails && job.fast.tail_launch) && !top_k_call<C>(job) && verification_call<C>(job);
   if (verify_first && threadIdx.x == 0) {
     EarlyVerifyRow e;
     e.res = resolve_call_row<C>(job, r, &e.slot, &e.mask, &e.w);
@@ -132,7 +137,7 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
   // wait there, so that only the grid's completion separates the two kernels; so may the row tails
   // (their grid follows the heads).
   if (!SONIC_LATE_DEPENDENTS && (job.fast.separate_stage2 || (Tails && !job.fast.tail_launch))) allow_dependent_launch();
-  if (job.top_k.k > 0) {  // Sampler::top_k: raw logits, no request
+  if (top_k_call<C>(job)) {  // Sampler::top_k: raw logits, no request
     const RowPrologue pro = top_k_prologue();
     const RowKind kind = top_k_row_kind(job.top_k.k);
     if (stage1_chunk<D, Tails, Loads>(job, r, chunk, 0, pro, kind, row, vec_ok, slots, s1, &last)) {
@@ -195,8 +200,8 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
   timeline_mark(kMarkExit);
 }
 
-// C: Calls::kSampling for sampling and top-k calls, Calls::kAny for verification calls (the sampling
-// kernels carry no verification code).
+// C: Calls::kSampling for sampling calls, Calls::kTopK for Sampler::top_k's, Calls::kAny for
+// verification calls (each of the first two carries no other call's code).
 template <DType D, bool Tails, int Loads, Calls C>
 __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_sample_kernel(RowJob job) {
   fast_sample_block<D, Tails, Loads, C>(job);
@@ -221,26 +226,30 @@ void launch_form(const RowJob& job, bool programmatic, cudaStream_t stream) {
       return;
     }
   }
-  if (job.fast.tail_first == 0 || job.top_k.k > 0) {  // (top-k rows have no rules, so no tails)
+  if (C == Calls::kTopK || job.fast.tail_first == 0 || job.top_k.k > 0) {  // (top-k rows have no rules, so no tails)
     fast_sample_kernel<D, false, kStepLoads, C><<<dim3(job.fast.chunks, job.rows), kFastThreads, kShared, stream>>>(job);
     return;
   }
-  // Row tails: the heads, then the tails as a programmatic dependent (the heads allow it at their
-  // start).
-  const dim3 grid(job.fast.chunks / 2, job.rows);
-  fast_sample_kernel<D, true, kStepLoads, C><<<grid, kFastThreads, kShared, stream>>>(job);
-  RowJob tails = job;
-  tails.fast.tail_launch = 1;
-  launch_dependent(fast_sample_kernel<D, true, kStepLoads, C>, grid, dim3(kFastThreads), kShared, programmatic, stream,
-                   tails);
+  if constexpr (C != Calls::kTopK) {
+    // Row tails: the heads, then the tails as a programmatic dependent (the heads allow it at their
+    // start).
+    const dim3 grid(job.fast.chunks / 2, job.rows);
+    fast_sample_kernel<D, true, kStepLoads, C><<<grid, kFastThreads, kShared, stream>>>(job);
+    RowJob tails = job;
+    tails.fast.tail_launch = 1;
+    launch_dependent(fast_sample_kernel<D, true, kStepLoads, C>, grid, dim3(kFastThreads), kShared, programmatic, stream,
+                     tails);
+  }
 }
 
-// The kernels of a dtype and form: with and without row tails, and short steps for 16-bit logits.
+// The kernels of a dtype and form: with and without row tails (top-k calls have none), and short
+// steps for 16-bit logits.
 // fast_sample.cu's occupancy and carveout cover both files' lists.
 template <DType D, Calls C>
 void add_fast_kernels(std::vector<const void*>& kernels) {
   kernels.push_back(reinterpret_cast<const void*>(fast_sample_kernel<D, false, kStepLoads, C>));
-  kernels.push_back(reinterpret_cast<const void*>(fast_sample_kernel<D, true, kStepLoads, C>));
+  if constexpr (C != Calls::kTopK)
+    kernels.push_back(reinterpret_cast<const void*>(fast_sample_kernel<D, true, kStepLoads, C>));
   if constexpr (D != DType::kF32)
     kernels.push_back(reinterpret_cast<const void*>(fast_sample_kernel<D, false, kShortStepLoads, C>));
 }

@@ -5,6 +5,7 @@
 // here with four times the warps. A block starts once its row's chunks are counted (programmatic
 // dependent launch and wait_for_count, so its start overlaps the fast kernel's last blocks) and
 // lets the exact kernel's launch overlap in turn.
+#include "cuda/call_forms.cuh"
 #include "cuda/cuda_check.hpp"
 #include "cuda/dependent_launch.cuh"
 #include "cuda/prologue.cuh"
@@ -26,14 +27,14 @@ __device__ __forceinline__ void leave_after_fast_kernel() {
 #endif
 }
 
-// C: Calls::kSampling for sampling and top-k calls, Calls::kAny for verification calls (as the fast
-// kernel's).
+// C: Calls::kSampling for sampling calls, Calls::kTopK for Sampler::top_k's, Calls::kAny for
+// verification calls (as the fast kernel's).
 template <Calls C>
 __global__ void __launch_bounds__(kRowStage2Threads, C == Calls::kAny ? 0 : 1) row_stage2_kernel(RowJob job) {
   __shared__ Stage2Shared<kRowStage2Threads> sh;
   timeline_enter();  // resident (with programmatic launch, possibly long before its row is done)
   const int32_t r = blockIdx.x;
-  if (job.top_k.k > 0) {  // Sampler::top_k: no request
+  if (top_k_call<C>(job)) {  // Sampler::top_k: no request
     const RowKind kind = top_k_row_kind(job.top_k.k);
     wait_for_count(job.fast.tiles_done + r, job.fast.chunks);  // the row's chunks are done and visible
     allow_dependent_launch();
@@ -96,17 +97,21 @@ extern "C" int sonic_timeline_read_warps(unsigned long long* out, int blocks) {
 
 void set_row_stage2_carveout(int percent) {
   for (const void* kernel : {reinterpret_cast<const void*>(row_stage2_kernel<Calls::kSampling>),
+                             reinterpret_cast<const void*>(row_stage2_kernel<Calls::kTopK>),
                              reinterpret_cast<const void*>(row_stage2_kernel<Calls::kAny>)})
     SONIC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent));
 }
 
 void launch_row_stage2(const RowJob& job, bool programmatic, cudaStream_t stream) {
   if (job.rows == 0) return;
-  if (job.verify.num_requests > 0)
-    launch_dependent(row_stage2_kernel<Calls::kAny>, dim3(job.rows), dim3(kRowStage2Threads), 0, programmatic, stream, job);
-  else
-    launch_dependent(row_stage2_kernel<Calls::kSampling>, dim3(job.rows), dim3(kRowStage2Threads), 0, programmatic,
-                     stream, job);
+  const dim3 grid(job.rows), block(kRowStage2Threads);
+  switch (calls_of(job)) {
+    case Calls::kAny: launch_dependent(row_stage2_kernel<Calls::kAny>, grid, block, 0, programmatic, stream, job); break;
+    case Calls::kTopK: launch_dependent(row_stage2_kernel<Calls::kTopK>, grid, block, 0, programmatic, stream, job); break;
+    case Calls::kSampling:
+      launch_dependent(row_stage2_kernel<Calls::kSampling>, grid, block, 0, programmatic, stream, job);
+      break;
+  }
 }
 
 }  // namespace sonic::cuda

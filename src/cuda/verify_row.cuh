@@ -8,6 +8,7 @@
 #include "common/random.hpp"
 #include "common/request_rows.hpp"
 #include "common/token_rules.hpp"
+#include "cuda/call_forms.cuh"
 #include "cuda/prologue.cuh"
 #include "cuda/row_job.cuh"
 #include "cuda/slot_table.cuh"
@@ -113,15 +114,6 @@ __device__ inline bool accepts(uint64_t seed, uint64_t step, int32_t j, float p,
 }
 
 enum RowResolution { kRowSkip, kRowInvalid, kRowOk };
-
-// The calls a kernel instantiation serves: sampling calls only (verification's code compiled out,
-// so that it neither takes registers nor moves the sampling path's code), or any call, told apart
-// at run time by job.verify.num_requests.
-enum class Calls { kSampling, kAny };
-template <Calls C>
-__device__ __forceinline__ bool verification_call(const RowJob& job) {
-  return C == Calls::kAny && job.verify.num_requests != 0;
-}
 
 // Resolves row r of a sampling or a verification call: its slot, its bitmask row and, for
 // verification, its place in its request (position and earlier drafts go into the prologue).
