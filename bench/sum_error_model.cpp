@@ -13,18 +13,20 @@
 //                               the lanes' sums plain (the kernels' before v3.36) and compensated
 //                               (the kernels' since v3.36): 70.1 and 10.9 units of 2^-24 at worst,
 //                               one chunk (perf-notes v3.35).
-//   sonic_sum_error_model [V] sea|rising pow2   the same rows with the sums kept relative to a
-//                               power of two (docs/experiments/pow2-sums.patch, g_pow2 below).
+//   sonic_sum_error_model [V] sea|rising expf   the same rows with the sums rescaled by __expf at
+//                               each new maximum, as the kernels did before pow2-sums.patch
+//                               (perf-notes v3.37; g_pow2 below, false).
 //   sonic_sum_error_model [V] rising   rows whose lanes' maxima rise at every tile, so that each
-//                               lane's sum is rescaled (sum *= __expf(..)) once a tile and the
-//                               errors of those rescales compound over the row (the whole row one
-//                               chunk, the lanes compensated; perf-notes v3.37): "band", every
-//                               token of tile t at -(tiles - 1 - t) delta; "lane", only the first
-//                               token of each tile so (one lane's), the rest at -40; "bulk", the
-//                               band from -d with one token at 0. Sweeps delta (and d) for each
-//                               model of ex2.approx and prints each family's worst ratio to the
-//                               margin. V = 262144 (64 tiles): 1.2-1.3 with ex2 2 ulp off the same
-//                               way at every rescale, 0.18-0.24 correctly rounded.
+//                               lane's sum is rescaled once a tile (the whole row one chunk, the
+//                               lanes compensated; perf-notes v3.37): "band", every token of tile t
+//                               at -(tiles - 1 - t) delta; "lane", only the first token of each
+//                               tile so (one lane's), the rest at -40; "bulk", the band from -d
+//                               with one token at 0. Sweeps delta (and d) for each model of
+//                               ex2.approx and prints each family's worst ratio to the margin.
+//                               V = 262144 (64 tiles): 0.013-0.100 with the kernels' exact
+//                               rescales; with `expf` (the rescales' errors compound) 1.2-1.3 if
+//                               ex2 errs 2 ulp the same way at every rescale, 0.18-0.24 correctly
+//                               rounded.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -70,12 +72,12 @@ inline float fast_expf(float x) {
 // each group's sum joins by Fast2Sum of the larger and the smaller, its rounding error kept in comp.
 // false models the plain sums before it.
 bool g_compensated = false;
-// The sums kept relative to a power of two, 2^k with k = ceil(max c), so that a growing maximum
-// rescales them exactly (docs/experiments/pow2-sums.patch, perf-notes v3.37): each term one fmaf
+// The kernels' sums, kept relative to a power of two, 2^k with k = ceil(max c), so that a growing
+// maximum rescales them exactly (stage1_chunk.cuh's ExpSum, perf-notes v3.37): each term one fmaf
 // of x c - k and one ex2.approx; the warps' and the block's combines and stage 2's merge exact
-// scalings, stage 2's conversion to the row maximum in double. false models the kernels' sums
+// scalings, stage 2's conversion to the row maximum in double. false models the sums before
 // (rescaled by __expf at each new maximum).
-bool g_pow2 = false;
+bool g_pow2 = true;
 inline float sum_base2(float inv_t) { return inv_t * 1.4426950408889634f; }
 constexpr float kSumScaleLimit = 0x1p22f;
 inline float sum_scale(float m, float c) { return std::ceil(std::fmin(std::fmax(m * c, -kSumScaleLimit), kSumScaleLimit)); }
@@ -270,7 +272,7 @@ int sweep_sea(int V, const Layout& L) {
       best = ratio;
       const double rel1 = r.total / device_sum_all(x, T, L, chunks_for_tpc(tiles, 1)) - 1.0;
       std::printf("%s%s ex2 %+d d=%.4f rel(one chunk)=%.4e (%.1f units of 2^-24) rel(a tile a chunk)=%.4e "
-                  "margin=%.4e ratio=%.3f ratio(former +32)=%.3f\n", g_pow2 ? "pow2 " : "", compensated ? "compensated" : "plain", mode, d,
+                  "margin=%.4e ratio=%.3f ratio(former +32)=%.3f\n", g_pow2 ? "" : "expf ", compensated ? "compensated" : "plain", mode, d,
                   rel, std::fabs(rel) * 0x1p24, rel1, sonic::detail::top_p_sum_margin(r.zm), ratio,
                   std::fabs(rel) / former_margin(r.zm));
     }
@@ -292,7 +294,7 @@ int sweep_rising(int V, const Layout& L) {
     if (ratio > w.ratio) w = Worst{ratio, rel, delta, d};
   };
   auto report = [](const char* family, int mode, const Worst& w) {
-    std::printf("%s rising %-4s ex2 %+d: worst ratio %.3f (rel %.3e, %.1f units of 2^-24) at delta %.3g d %.1f\n", g_pow2 ? "pow2" : "kernels", family,
+    std::printf("%s rising %-4s ex2 %+d: worst ratio %.3f (rel %.3e, %.1f units of 2^-24) at delta %.3g d %.1f\n", g_pow2 ? "kernels" : "expf", family,
                 mode, w.ratio, w.rel, std::fabs(w.rel) * 0x1p24, w.delta, w.d);
   };
   for (const int mode : {0, 1, -1}) {
@@ -325,7 +327,7 @@ int sweep_rising(int V, const Layout& L) {
 int main(int argc, char** argv) {
   const int V = argc > 1 ? std::atoi(argv[1]) : 262144;
   const char* rows = argc > 2 ? argv[2] : "sea";
-  g_pow2 = argc > 3 && std::strcmp(argv[3], "pow2") == 0;
+  g_pow2 = !(argc > 3 && std::strcmp(argv[3], "expf") == 0);
   if (V < 4096) {
     std::fprintf(stderr, "sonic_sum_error_model: V must be at least 4096, got %d\n", V);
     return 2;

@@ -118,16 +118,14 @@ constexpr uint32_t kLeastFiniteOrderBits = 0x00800000u;
 // settles a row only where the crossing stays put over it, so that the token cannot depend on the
 // sum's order, which follows the batch size (perf-notes v3.31, v3.32; bench/sum_error_model.cpp
 // measures it against adversarial rows).
-// In 2^-24 units: the z roundings 2 |zm| + |e| a term (e = z - zm), stage 1's exponent 5 |e| and
-// ex2 4, where the mass-weighted |e| stays below about 10, and the fp32 summation: with the lanes'
-// compensated sums (ExpSum) at most about 19 at B = 512 (7 in the largest term's partial, 2 joining
-// the partials, 2 the compensated lane sum, 5 the warp tree, 3 the block's FMAs; the sea row of
-// bench/sum_error_model.cpp reaches 10.9, 70.1 uncompensated): 2 |zm| + 88 with 4 to spare, and
-// 16.8 more (the 1e-6). Not counted: a lane's rescale at each new maximum (sum *= __expf(..)), an
-// ex2 error and a rounding each, which compound on rows whose lanes' maxima rise at every tile: the
-// model's rising rows reach 1.2-1.3 times this margin at V = 262144 if ex2.approx errs by its
-// documented 2 ulp the same way each time, 0.2 correctly rounded (perf-notes v3.37; CudaSumError
-// measures the GPU; docs/experiments/pow2-sums.patch makes the rescales exact).
+// In 2^-24 units, a term: the z roundings 2 |zm| + |e| (e = z - zm), stage 1's exponent 4 |e| + 0.7
+// (c = log2(e) / T's three roundings and the FFMA's of x c - k, stage1_chunk.cuh's ExpSum) and
+// ex2.approx's documented 2 ulp, 4, where the mass-weighted |e| stays below about 10 (at most
+// 9.3 for V <= 262144: the worst rows put every token but one at a single depth); the fp32
+// summation at most about 20 (7 in the largest term's partial, 2 joining the partials, 3 the
+// compensated lane sum and its join, 5 the warp tree, 3 the block's adds; every rescale exact, a
+// power of two, and the chunks' merge in double): 2 |zm| + 75 of 88, and 16.8 more (the 1e-6). The
+// model's worst: 10.9 units (the sea row, as before: its maximum is 0, so k = 0; the rising rows 10.5).
 SONIC_HD double top_p_sum_margin(float zm) {
   return 1e-6 + expm1((fabs(static_cast<double>(zm)) + 44.0) * 0x1p-23);
 }

@@ -67,9 +67,10 @@ __host__ __device__ constexpr int32_t tile_candidates(DType d, int32_t loads = k
 struct alignas(16) TileStat {
   unsigned long long max_key;  // largest key in the chunk (0: no valid token)
   unsigned long long bound;    // every valid token that is not a candidate has a key < bound
-  float sum;                   // sum of exp((x - chunk max) / T) (T = 1 for greedy rows), if needed
-  float raw_max;               // raw logits (raw logprob mode): max and sum of exp(x - max)
-  float raw_sum;
+  float sum;                   // sum of 2^(x c - K), c = log2(e) / T (T = 1 for greedy rows), K =
+                               // ceil(chunk max c) (stage1_chunk.cuh's ExpSum), if needed
+  float raw_max;               // raw logits (raw logprob mode): max, and sum of 2^(x log2(e) - K)
+  float raw_sum;               // (K = ceil(max log2(e)))
   float win_score;             // untruncated random rows: the chunk's best z + G
   int32_t win_token;
   int32_t valid;               // tokens with a finite or +inf value

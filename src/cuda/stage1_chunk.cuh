@@ -52,11 +52,38 @@ __device__ __forceinline__ float exp2_flush(float v) {
   return r;
 }
 
-// A running sum of exp((x - max) * inv_t) with its running maximum, rescaled when the maximum grows.
-// Only finite maxima carry a sum (a row with a +inf or no finite maximum never uses it). A lane's
-// sum is compensated (Fast2Sum a group, the rounding error kept in comp): its up to 64 additions
-// would otherwise round the same way on an adversarial row, most of the fp32 error that decide_kept's
-// top-p margin must cover (perf-notes v3.32, bench/sum_error_model.cpp).
+// The base-2 factor of a row's sums: exp((x - m) / T) = 2^((x - m) c). Stage 2 forms it the same
+// way to read the chunks' sums (stage2_merge.cuh).
+__device__ __forceinline__ float sum_base2(float inv_t) { return inv_t * 1.4426950408889634f; }
+// The power of two a sum is kept relative to, for a maximum m: ceil(m c), an integer, so that the
+// maximum's term 2^(m c - k) lies in [1/2, 1.19] (|m c| < 2^22: m c rounds by at most 1/4) and a
+// change of scale is exact. Clamped to +-kSumScaleLimit (finite, and where m c still rounds to a
+// quarter): a lane or chunk clamped from below beside a larger maximum keeps an exact
+// representation (its terms underflow only where their share does), but a row whose own maximum
+// lies beyond the limit (|z| past 2.9e6: x near the float range at small T, or every token at the
+// lowest float) may have overflowed or underflowed every term, and stage 2 sends it to the exact
+// path.
+constexpr float kSumScaleLimit = 0x1p22f;
+__device__ __forceinline__ float sum_scale(float m, float c) {
+  return ceilf(fminf(fmaxf(m * c, -kSumScaleLimit), kSumScaleLimit));
+}
+// 2^d for an integer d in [-126, 127], exactly; 0 below (the flushed terms' range).
+__device__ __forceinline__ float exact_pow2(float d) {
+  const int e = static_cast<int>(fminf(fmaxf(d, -127.0f), 127.0f)) + 127;
+  return __int_as_float(e << 23);
+}
+
+// A running sum of exp((x - max) * inv_t), kept as the sum of 2^(x c - k) over the terms, k =
+// sum_scale(max, c) (formed again where needed, not held: ptxas spilled the fp32 kernel's extra
+// registers): a growing maximum changes k, and the sum is rescaled by 2^(k_old - k_new), exactly.
+// (Rescaled by __expf((max_old - max) / T), every earlier term of the lane took an ex2 error and a
+// rounding at each new maximum; on rows whose lanes' maxima rise at every tile those compound past
+// decide_kept's margin under ex2.approx's documented 2 ulp: perf-notes v3.37,
+// bench/sum_error_model.cpp's rising rows.) A term is one FFMA's rounding of x c - k, whose size is
+// that of (x - max) c, and one ex2.approx. Only finite maxima carry a sum (a row with a +inf or no
+// finite maximum never uses it). A lane's sum is compensated (Fast2Sum a group, the rounding error
+// kept in comp): its up to 64 additions would otherwise round the same way on an adversarial row
+// (perf-notes v3.32).
 struct ExpSum {
   float max = -INFINITY;
   float sum = 0.0f;
@@ -64,7 +91,8 @@ struct ExpSum {
   __device__ __forceinline__ bool rebase(float m, float inv_t) {  // true when the sum may be added to
     if (m > max) {
       if (max > -INFINITY && max < INFINITY) {
-        const float f = __expf((max - m) * inv_t);
+        const float c = sum_base2(inv_t);
+        const float f = exact_pow2(sum_scale(max, c) - sum_scale(m, c));
         sum *= f;
         comp *= f;
       }
@@ -72,25 +100,27 @@ struct ExpSum {
     }
     return max > -INFINITY && max < INFINITY;
   }
-  // Adds exp((x_i - max) * inv_t) over a group's registers, after rebase(the group's maximum) said
-  // yes: -inf and NaN add 0 (fmaxf takes -inf over NaN, and 2^-inf is 0). Five instructions a token
-  // in four partial sums, where the guarded __expf took about thirteen (perf-notes v3.13).
+  // Adds 2^(x_i c - k) over a group's registers, after rebase(the group's maximum) said yes: -inf
+  // and NaN add 0 (fmaxf takes -inf over NaN, and 2^-inf is 0). Four instructions a token in four
+  // partial sums (five with the subtraction before).
   __device__ __forceinline__ void add_group(const float (&x)[kGroupTokens], float inv_t) {
-    const float to_base2 = inv_t * 1.4426950408889634f;
+    const float c = sum_base2(inv_t), k = sum_scale(max, c);
     float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-    for (int i = 0; i < kGroupTokens; ++i) part[i % 4] += exp2_flush(fmaxf((x[i] - max) * to_base2, -INFINITY));
+    for (int i = 0; i < kGroupTokens; ++i) part[i % 4] += exp2_flush(fmaxf(fmaf(x[i], c, -k), -INFINITY));
     const float g = (part[0] + part[1]) + (part[2] + part[3]);
     const float a = fmaxf(sum, g), b = fminf(sum, g);  // both >= 0: Fast2Sum's order
     const float t = __fadd_rn(a, b);
     comp += __fsub_rn(b, __fsub_rn(t, a));  // (not contracted: no product)
     sum = t;
   }
-  // Combines the 32 lanes' sums into a warp's (every lane gets it).
+  // Combines the 32 lanes' sums into a warp's, at the scale of the warp's maximum (every lane gets
+  // it).
   __device__ __forceinline__ ExpSum warp_combine(float inv_t) const {
     ExpSum w;
     w.max = warp_max(max);
-    const float part = (max > -INFINITY && w.max < INFINITY) ? (sum + comp) * __expf((max - w.max) * inv_t) : 0.0f;
+    const float c = sum_base2(inv_t);
+    const float part = (max > -INFINITY && w.max < INFINITY) ? (sum + comp) * exact_pow2(sum_scale(max, c) - sum_scale(w.max, c)) : 0.0f;
     w.sum = warp_sum(part);
     return w;
   }
@@ -113,7 +143,7 @@ struct LaneScreen {
 struct WarpSummary {
   unsigned long long max_key;
   unsigned long long bound;
-  float sum_max, sum;
+  float sum_max, sum;  // sum of 2^(x c - sum_scale(sum_max, c)) (ExpSum)
   float raw_max, raw_sum;
   ArgMaxF win;
   int32_t valid;
@@ -942,17 +972,20 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
       t.raw_max = fmaxf(t.raw_max, ws.raw_max);
       win = better(win, ws.win);
     }
-    // Sums relative to the chunk's maximum x (stage 2 rescales them by the row's).
+    // Sums of 2^(x c - K), K = sum_scale of the chunk's maximum (x, or the raw logit), which stage
+    // 2 forms again from TileStat's maxima: exact rescales (ExpSum).
     const float tm = t.max_key ? detail::key_value(t.max_key) : -INFINITY;
+    const float c = sum_base2(k.inv_t), c_raw = sum_base2(1.0f);
+    const float sum_k = sum_scale(tm, c), raw_k = sum_scale(t.raw_max, c_raw);
     t.sum = 0.0f;
     t.raw_sum = 0.0f;
 #pragma unroll
     for (int w = 0; w < kFastWarps; ++w) {
       const WarpSummary& ws = sh.warp[w];
       if (k.need_sum && ws.sum_max > -INFINITY && tm < INFINITY)
-        t.sum += ws.sum * __expf((ws.sum_max - tm) * k.inv_t);
+        t.sum += ws.sum * exact_pow2(sum_scale(ws.sum_max, c) - sum_k);
       if (k.need_raw && ws.raw_max > -INFINITY && t.raw_max < INFINITY)
-        t.raw_sum += ws.raw_sum * __expf(ws.raw_max - t.raw_max);
+        t.raw_sum += ws.raw_sum * exact_pow2(sum_scale(ws.raw_max, c_raw) - raw_k);
     }
     t.win_score = win.score;
     t.win_token = win.token;

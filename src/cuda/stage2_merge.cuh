@@ -65,14 +65,24 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
   if (have[1]) sh.cand_off[lane + 32] = total0 + incl1 - count[1];
   const int n_all = total0 + __shfl_sync(0xFFFFFFFFu, incl1, 31);
   const float m = max_key ? detail::key_value(max_key) : -INFINITY;
+  // A chunk's sum is of 2^(x c - K), K = sum_scale(its maximum, c) as stage 1 formed it: times
+  // 2^(K - m c), in double (m c exact there, the difference within a double rounding), it becomes the sum
+  // of exp((x - m) / T) = 2^((x - m) c) over the chunk. (Rows with |m c| >= kSumScaleLimit, whose
+  // terms may have overflowed or underflowed, take the exact path: stage2_row.cuh.)
+  const float c = sum_base2(k.inv_t), c_raw = sum_base2(1.0f);
   double sum = 0.0, raw_sum = 0.0;
 #pragma unroll
   for (int h = 0; h < 2; ++h)
     if (have[h]) {
-      if (k.need_sum && t[h].max_key && m > -INFINITY && m < INFINITY)
-        sum += static_cast<double>(t[h].sum) * exp(static_cast<double>((detail::key_value(t[h].max_key) - m) * k.inv_t));
-      if (k.need_raw && t[h].raw_max > -INFINITY && raw_max < INFINITY)
-        raw_sum += static_cast<double>(t[h].raw_sum) * exp(static_cast<double>(t[h].raw_max) - static_cast<double>(raw_max));
+      if (k.need_sum && t[h].max_key && m > -INFINITY && m < INFINITY) {
+        const float kh = sum_scale(detail::key_value(t[h].max_key), c);
+        sum += static_cast<double>(t[h].sum) * exp2(static_cast<double>(kh) - static_cast<double>(m) * static_cast<double>(c));
+      }
+      if (k.need_raw && t[h].raw_max > -INFINITY && raw_max < INFINITY) {
+        const float kh = sum_scale(t[h].raw_max, c_raw);
+        raw_sum += static_cast<double>(t[h].raw_sum) *
+                   exp2(static_cast<double>(kh) - static_cast<double>(raw_max) * static_cast<double>(c_raw));
+      }
     }
   sum = warp_sum(sum);
   raw_sum = warp_sum(raw_sum);

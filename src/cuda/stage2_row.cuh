@@ -141,6 +141,11 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
   const bool prefix_ranks = want_ranks && k.truncated && (job.mode != LogprobMode::kRaw || !pro.has_rules);
   bool exact = max_key == 0 || mx == INFINITY || (want_ranks && !prefix_ranks) ||
                (want_lp && job.mode == LogprobMode::kRaw && !(sh.raw_max > -INFINITY && sh.raw_max < INFINITY));
+  // Sums whose terms may have overflowed or underflowed (a maximum at or past stage 1's scale limit,
+  // |z| past 2.9e6: ExpSum's sum_scale) are the exact path's, which sums in double.
+  if ((k.need_sum && !(fabsf(mx * sum_base2(k.inv_t)) < kSumScaleLimit)) ||
+      (k.need_raw && !(fabsf(sh.raw_max * sum_base2(1.0f)) < kSumScaleLimit)))
+    exact = true;
   // An untruncated row's final distribution is the exact path's where it fits, and also where a
   // valid x may have a z of -inf (T < 1 and x < -FLT_MAX * T), which stage 1's count of valid x
   // includes: the reference's count leaves it out.
