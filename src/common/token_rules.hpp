@@ -99,6 +99,9 @@ SONIC_HD float adjust_logit(float x, float bias, bool in_repetition_scope, int32
 // Step 5.
 SONIC_HD float apply_temperature(float x, float temperature) { return div_rn(x, temperature); }
 
+// Step 7 cuts only for 0 < top_k < V: a top_k of at most 0 or of at least V is disabled (SPEC's table).
+SONIC_HD bool top_k_cuts(int32_t top_k, int32_t vocab_size) { return top_k > 0 && top_k < vocab_size; }
+
 // Monotone map of a float to an unsigned key (larger float, larger key); -0 and +0 are equal.
 SONIC_HD uint32_t order_bits(float z) {
   if (z == 0.0f) z = 0.0f;

@@ -358,7 +358,7 @@ __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& 
     const unsigned long long every_valid = every_valid_cut();
     cut = every_valid;
     if (p.min_p > 0.0f) cut = max(cut, threshold_cut(min_p_threshold(m, p.min_p)));
-    if (p.top_k > 0 && p.top_k < V) {
+    if (detail::top_k_cuts(p.top_k, V)) {
       int c = 0;
       for (int32_t t = threadIdx.x; t < V; t += kBlock) {
         const unsigned long long key = z_key(t);
@@ -619,7 +619,7 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   if (covered) {
     pro = call_row_prologue(job, slot, mask, w);
     const SlotParams& p = pro.p;
-    const bool top_k_on = p.top_k > 0 && p.top_k < V;
+    const bool top_k_on = detail::top_k_cuts(p.top_k, V);
     covered = !pro.greedy && (top_k_on ? p.top_k <= kSplitGatherKeys : p.top_p < 1.0f || p.min_p > 0.0f);
   }
   // The row's maximum z from stage 1's chunk statistics (keys of x after steps 1-4, the same code
@@ -641,7 +641,7 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   auto mass_of = [&](float zt) { return fixed_mass(zt, md); };  // zt > -inf
   // Top-k rows: the last slice selects among the k largest keys (split_top_k_gather); the slices
   // count keys by bucket and sum the exact total only where the joint rule measures against it.
-  const bool top_k_row = p.top_k > 0 && p.top_k < V;
+  const bool top_k_row = detail::top_k_cuts(p.top_k, V);
   const bool slice_mass = !top_k_row || (joint && p.top_p < 1.0f);
   // A top-k row's hint from stage 2 (0: none): the slices list the keys at or above it (SplitList),
   // and that list alone decides the row (split_top_k_gather), so they count no buckets.

@@ -35,7 +35,7 @@ constexpr float kLoweringFloor = -0x1p100f;
 
 __device__ __forceinline__ RowKind row_kind(const RowPrologue& pro, const RowJob& job, int32_t V) {
   const SlotParams& p = pro.p;
-  const bool top_k_on = p.top_k > 0 && p.top_k < V;
+  const bool top_k_on = detail::top_k_cuts(p.top_k, V);
   RowKind k;
   k.truncated = !pro.greedy && (top_k_on || p.top_p < 1.0f || p.min_p > 0.0f);
   k.untruncated = !pro.greedy && !k.truncated;

@@ -32,7 +32,7 @@ __device__ __forceinline__ int decide_kept(const SlotParams& p, int32_t V, float
                                            const Stage2Shared<Threads>& sh) {
   if (n == 0) return -1;
   const bool complete = n == valid;  // the prefix is the whole row
-  const bool top_k_on = p.top_k > 0 && p.top_k < V;
+  const bool top_k_on = detail::top_k_cuts(p.top_k, V);
   auto z_at = [&](int i) { return detail::key_value(sh.sorted[i]); };
   // First index in [0, n) whose z is below c (the prefix is sorted by z descending).
   auto count_at_least = [&](float c) {
@@ -187,7 +187,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     // The top N the prefix must hold beyond the kept set (processed and raw modes; 0: none).
     const int n_top = prefix_ranks && job.mode != LogprobMode::kFinal ? top_count(out, p) : 0;
     const float cut = p.min_p > 0.0f && n_top == 0 ? min_p_threshold(zm, p.min_p) : -INFINITY;
-    const bool top_k_on = p.top_k > 0 && p.top_k < V;
+    const bool top_k_on = detail::top_k_cuts(p.top_k, V);
     const int32_t want = top_k_on ? max(p.top_k, n_top) : 0;
     const bool with_x = prefix_ranks && job.mode == LogprobMode::kRaw;
     // The early noise is the one the row's draw uses: kind 0 at its position, except for random-rule

@@ -165,7 +165,7 @@ Distribution kept_distribution(const std::vector<float>& z, const RequestParams&
   const int32_t V = static_cast<int32_t>(z.size());
   // Every step keeps a prefix of the order, and top-k keeps at most k; only the joint top-p rule
   // sums over every token (in the order), so the others need the first k alone.
-  const bool top_k_on = params.top_k > 0 && params.top_k < V;
+  const bool top_k_on = detail::top_k_cuts(params.top_k, V);
   const bool joint = params.top_p < 1.0f && params.top_p_joint;
   const bool whole = !top_k_on || joint;
   std::vector<int32_t> order = order_tokens(z, whole ? SIZE_MAX : static_cast<size_t>(params.top_k));
