@@ -7,8 +7,9 @@
 //   sonic_sum_error_model [V] [sea]   sweeps the "sea" row: one token at x = 0, the other V - 1 at
 //                               -d (T 1), d from 14 to 19, each term about half an ulp of the
 //                               running sum: prints the worst |ref / sum_all - 1| over the kernel's
-//                               margin (detail::top_p_sum_margin: |zm| + 44 since v3.36, + 62 in
-//                               v3.33-v3.35) and over the one before (|zm| + 32, v3.31-v3.32),
+//                               margin (detail::top_p_sum_margin: |zm| + 38 since v3.38, + 44 in
+//                               v3.36-v3.37, + 62 in v3.33-v3.35) and over the one before (|zm| +
+//                               32, v3.31-v3.32),
 //                               with the whole row one chunk (large B) and one tile a chunk (B = 1),
 //                               the lanes' sums plain (the kernels' before v3.36) and compensated
 //                               (the kernels' since v3.36): 70.1 and 10.9 units of 2^-24 at worst,

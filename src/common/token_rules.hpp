@@ -127,10 +127,11 @@ constexpr uint32_t kLeastFiniteOrderBits = 0x00800000u;
 // 9.3 for V <= 262144: the worst rows put every token but one at a single depth); the fp32
 // summation at most about 20 (7 in the largest term's partial, 2 joining the partials, 3 the
 // compensated lane sum and its join, 5 the warp tree, 3 the block's adds; every rescale exact, a
-// power of two, and the chunks' merge in double): 2 |zm| + 75 of 88, and 16.8 more (the 1e-6). The
+// power of two, and the chunks' merge in double): 2 |zm| + 75 of 2 |zm| + 76 (|zm| + 38 since
+// perf-notes v3.38; + 44 before, whose budget had no exact rescales), and 16.8 more (the 1e-6). The
 // model's worst: 10.9 units (the sea row, as before: its maximum is 0, so k = 0; the rising rows 10.5).
 SONIC_HD double top_p_sum_margin(float zm) {
-  return 1e-6 + expm1((fabs(static_cast<double>(zm)) + 44.0) * 0x1p-23);
+  return 1e-6 + expm1((fabs(static_cast<double>(zm)) + 38.0) * 0x1p-23);
 }
 
 // The total order of steps 7-8 as one integer: z descending, then token id ascending. A larger

@@ -943,7 +943,7 @@ void top_k_exact_agrees(int32_t V, std::initializer_list<std::pair<int32_t, int>
           // most three a lane, about 40 lie above its bound.
           p.top_k = small ? 5 + static_cast<int32_t>(rng() % 20) : 50 + static_cast<int32_t>(rng() % 150);
           // The first leader's share of the mass, 1 / (1 + e^-0.25) (the rest's is e^-40 of it),
-          // 4e-6 above or below top-p: inside stage 2's margin (1.1e-5 at |z| = 40), far outside the
+          // 4e-6 above or below top-p: inside stage 2's margin (1.0e-5 at |z| = 40), far outside the
           // double and fixed-point sums' differences (about 1e-13). Kept: one leader, or both.
           const double lead = 1.0 / (1.0 + std::exp(-0.25));
           p.top_p = static_cast<float>(lead * (u(rng) < 0.5f ? 1.0 - 4e-6 : 1.0 + 4e-6));
