@@ -1216,7 +1216,7 @@ TEST(CudaLowTemperature, SmallVocabulary) { low_temperature_top_p_agrees(3001); 
 // decide_kept settles a truncated row's top-p from stage 1's total only where the crossing stays put
 // over detail::top_p_sum_margin(zm), so the total's relative error must stay inside that margin.
 // The rows are bench/sum_error_model.cpp's rising families, whose lanes' maxima rise at every tile
-// (each lane's sum rescaled at every tile where the rescales are __expf's): "band" (tile t at
+// (each lane's sum rescaled at every tile; exactly, by powers of two, since perf-notes v3.38): "band" (tile t at
 // -(tiles - 1 - t) delta), "lane" (the first token of each tile so, the rest between -48 and -40,
 // no mass) and "bulk" (the band from -3 below one token at 0), the band's tokens a little apart
 // within a tile; T 1 and 0.7; the whole row one chunk (the most tiles a lane) and the default
@@ -1224,8 +1224,10 @@ TEST(CudaLowTemperature, SmallVocabulary) { low_temperature_top_p_agrees(3001); 
 // fast path, whose sums are the ones tested (a top-k row's 50 largest keys in one warp's group of
 // the band's last tile took every row to the exact path on an H100, v3.37). The processed logprob of the sampled token is z - zm - log(total),
 // so its distance from the reference's is the total's relative error: it must stay within the
-// margin and the two outputs' roundings. The model finds up to 1.3 margins where ex2.approx errs by
-// its documented 2 ulp the same way at every rescale; the worst is printed in units of 2^-24.
+// margin and the two outputs' roundings. With __expf rescales the model found up to 1.3 margins
+// where ex2.approx errs by its documented 2 ulp the same way at every rescale, and an H100 measured
+// 0.46; with the exact ones the model gives 0.10 and the H100 0.15-0.17, the outputs' rounding
+// (v3.38). The worst is printed in units of 2^-24.
 void sum_error_within_margin(int32_t V) {
   constexpr int32_t kTile = 4096;  // an fp32 tile's tokens
   const int32_t tiles = (V + kTile - 1) / kTile;
