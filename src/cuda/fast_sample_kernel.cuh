@@ -226,7 +226,7 @@ void launch_form(const RowJob& job, bool programmatic, cudaStream_t stream) {
       return;
     }
   }
-  if (C == Calls::kTopK || job.fast.tail_first == 0 || job.top_k.k > 0) {  // (top-k rows have no rules, so no tails)
+  if (C == Calls::kTopK || job.fast.tail_first == 0) {  // (top-k rows have no rules, so no tails)
     fast_sample_kernel<D, false, kStepLoads, C><<<dim3(job.fast.chunks, job.rows), kFastThreads, kShared, stream>>>(job);
     return;
   }
