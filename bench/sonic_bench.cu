@@ -82,6 +82,8 @@ struct Case {
   bool sharp = false;  // "topp-sharp-*" (not in BENCH.md): the same at T 0.7, a nucleus of a few hundred
   bool grammar = false;  // "grammar-*" (not in BENCH.md): the homogeneous parameters under a grammar's mask
   int kind = -1;    // "hetero-kindK-*" (not in BENCH.md): every row is the heterogeneous batch's kind K
+  int top_k = 0;    // "hetero-kindK-kN-*": its top-k rows take top-k N instead (0: the kind's own), to
+                    // tell a kind's k from its other rules (kind 1 has k 50, kind 3 k 100)
   // The heterogeneous batch's kind of row r (0 greedy; 1 top-k/top-p, penalties; 2 top-k/min-p,
   // bitmask; 3 joint top-k/top-p, penalties), or kind K for every row. Row 0 is kind 1, so that a
   // batch of one row is a mixed row rather than a greedy one (before 2026-12-05, r % 4: hetero B = 1
@@ -90,15 +92,26 @@ struct Case {
 };
 
 // Parses a sample-suite case name: {homog,hetero,topp,topp-sharp,grammar}-{peaked,flat} or
-// hetero-kindK-{peaked,flat} with K in 0..3; false for any other name.
+// hetero-kindK[-kN]-{peaked,flat} with K in 0..3 and N in 1..1024; false for any other name.
 bool parse_case(const std::string& name, Case* c) {
   const size_t dash = name.rfind('-');
   if (dash == std::string::npos) return false;
-  const std::string head = name.substr(0, dash), tail = name.substr(dash + 1);
+  std::string head = name.substr(0, dash);
+  const std::string tail = name.substr(dash + 1);
   if (tail != "peaked" && tail != "flat") return false;
+  int top_k = 0;
+  const size_t k_at = head.rfind("-k");
+  if (head.rfind("hetero-kind", 0) == 0 && k_at > 11 && k_at != std::string::npos) {
+    const std::string n = head.substr(k_at + 2);
+    if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos) return false;
+    top_k = std::stoi(n);
+    if (top_k < 1 || top_k > 1024) return false;
+    head = head.substr(0, k_at);
+  }
   *c = Case{name, tail == "peaked", head.rfind("hetero", 0) == 0, head == "topp" || head == "topp-sharp"};
   c->sharp = head == "topp-sharp";
   c->grammar = head == "grammar";
+  c->top_k = top_k;
   if (head == "hetero-kind0" || head == "hetero-kind1" || head == "hetero-kind2" || head == "hetero-kind3")
     c->kind = head.back() - '0';
   else if (head != "homog" && head != "hetero" && head != "topp" && head != "topp-sharp" && head != "grammar")
@@ -171,6 +184,7 @@ sonic::RequestParams row_params(const Case& c, int r, int32_t V, std::mt19937_64
     case 2: p.temperature = 1.0f; p.top_k = 20; p.min_p = 0.05f; break;
     default: p.temperature = 0.8f; p.top_k = 100; p.top_p = 0.95f; p.top_p_joint = true; break;
   }
+  if (c.top_k > 0 && p.top_k > 0) p.top_k = c.top_k;
   if (kind % 2 == 1) {
     // BENCH.md: the three penalties over 1000 history tokens, the prompt here (frequency and
     // presence count the prompt only with penalties_include_prompt; before 2026-12-05 they did not).
@@ -581,7 +595,7 @@ int main(int argc, char** argv) {
       for (const std::string& cname : a.cases) {
         Case c;
         if (!parse_case(cname, &c)) {
-          std::fprintf(stderr, "--case: unknown sample case '%s' (homog-, hetero-, topp-, topp-sharp-, grammar- or hetero-kind0..3-, then peaked or flat)\n",
+          std::fprintf(stderr, "--case: unknown sample case '%s' (homog-, hetero-, topp-, topp-sharp-, grammar- or hetero-kind0..3- with an optional k1..k1024-, then peaked or flat)\n",
                        cname.c_str());
           return 2;
         }
