@@ -100,8 +100,9 @@ bool parse_case(const std::string& name, Case* c) {
   const std::string tail = name.substr(dash + 1);
   if (tail != "peaked" && tail != "flat") return false;
   int top_k = 0;
+  const size_t kind_len = std::string("hetero-kindK").size();  // a "-kN" part follows it
   const size_t k_at = head.rfind("-k");
-  if (head.rfind("hetero-kind", 0) == 0 && k_at > 11 && k_at != std::string::npos) {
+  if (head.rfind("hetero-kind", 0) == 0 && k_at != std::string::npos && k_at >= kind_len) {
     const std::string n = head.substr(k_at + 2);
     if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos) return false;
     top_k = std::stoi(n);
