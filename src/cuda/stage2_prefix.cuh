@@ -4,6 +4,8 @@
 // its tokens drawn meanwhile in wide blocks.
 #pragma once
 
+#include <type_traits>
+
 #include "common/random.hpp"
 #include "common/token_rules.hpp"
 #include "cuda/stage2_merge.cuh"
@@ -176,22 +178,33 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
   }
   if (n <= kGatherCap) {
     // Sort by rank: keys are distinct, so each key's rank is the number of larger keys. A wide block
-    // with a short prefix (the common case: about 70 keys) counts each rank in four lanes, a quarter
-    // of the keys each, and leaves its last n threads to the noise below.
+    // with a short prefix (the common case: about 70 keys) counts each rank in several lanes
+    // (rank_in_lanes) and leaves its last n threads to the noise below.
     auto place = [&](int i, int pos) {
       sh.sorted[pos] = sh.staged[i];
       if (with_x) sh.sorted_x[pos] = sh.staged_x[i];
       if constexpr (kEarlyNoise<Threads>) sh.early.rank[i] = pos;
     };
-    if (Threads > kFastThreads && 5 * n <= Threads) {
-      const int i = tid >> 2, part = tid & 3;  // lanes 4i .. 4i + 3 of one warp rank key i
+    // L lanes of one warp rank key i (lanes L i .. L i + L - 1, a quarter or a half of the keys each),
+    // the counts joined by shuffles; every lane of the block takes part in them.
+    auto rank_in_lanes = [&](auto lanes) {
+      constexpr int L = decltype(lanes)::value;
+      const int i = tid / L, part = tid % L;
       const unsigned long long key = i < n ? sh.staged[i] : ~0ull;
       int pos = 0;
       if (i < n)
-        for (int j = part; j < n; j += 4) pos += sh.staged[j] > key;
-      pos += __shfl_xor_sync(0xFFFFFFFFu, pos, 1);
-      pos += __shfl_xor_sync(0xFFFFFFFFu, pos, 2);
+        for (int j = part; j < n; j += L) pos += sh.staged[j] > key;
+#pragma unroll
+      for (int o = 1; o < L; o <<= 1) pos += __shfl_xor_sync(0xFFFFFFFFu, pos, o);
       if (i < n && part == 0) place(i, pos);
+    };
+    // Four lanes a key where 4n keys' lanes and the n noise threads fit the block (top-k 50: about 66
+    // keys); two where 2n and n do (top-k 100: about 117 keys, which one thread a key ranked in a
+    // chain of 117 shared loads, 2.6 us of the mix's slowest row in v3.39's timeline).
+    if (Threads > kFastThreads && 5 * n <= Threads) {
+      rank_in_lanes(std::integral_constant<int, 4>{});
+    } else if (Threads > kFastThreads && 3 * n <= Threads) {
+      rank_in_lanes(std::integral_constant<int, 2>{});
     } else {
       for (int i = tid; i < n; i += Threads) {
         const unsigned long long key = sh.staged[i];
