@@ -82,8 +82,11 @@ struct Case {
   bool sharp = false;  // "topp-sharp-*" (not in BENCH.md): the same at T 0.7, a nucleus of a few hundred
   bool grammar = false;  // "grammar-*" (not in BENCH.md): the homogeneous parameters under a grammar's mask
   int kind = -1;    // "hetero-kindK-*" (not in BENCH.md): every row is the heterogeneous batch's kind K
-  int top_k = 0;    // "hetero-kindK-kN-*": its top-k rows take top-k N instead (0: the kind's own), to
-                    // tell a kind's k from its other rules (kind 1 has k 50, kind 3 k 100)
+  // Options of the hetero-kindK cases, to tell a kind's rules apart (kind 1 has k 50, kind 3 k 100):
+  int top_k = 0;               // "-kN": its top-k rows take top-k N instead (0: the kind's own)
+  float temperature = 0.0f;    // "-tN": its random rows take T = N / 100 (0: the kind's own)
+  bool no_penalties = false;   // "-nopen": no penalties and no prompt
+  bool no_joint = false;       // "-nojoint": top-p over the kept set, not over the whole row
   // The heterogeneous batch's kind of row r (0 greedy; 1 top-k/top-p, penalties; 2 top-k/min-p,
   // bitmask; 3 joint top-k/top-p, penalties), or kind K for every row. Row 0 is kind 1, so that a
   // batch of one row is a mixed row rather than a greedy one (before 2026-12-05, r % 4: hetero B = 1
@@ -91,32 +94,68 @@ struct Case {
   int row_kind(int r) const { return kind >= 0 ? kind : (r + 1) % 4; }
 };
 
+// The parts of s between the separators (an empty s gives one empty part).
+std::vector<std::string> split_on(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t a = 0;
+  while (a <= s.size()) {
+    const size_t b = s.find(sep, a);
+    out.push_back(s.substr(a, b == std::string::npos ? std::string::npos : b - a));
+    if (b == std::string::npos) break;
+    a = b + 1;
+  }
+  return out;
+}
+
 // Parses a sample-suite case name: {homog,hetero,topp,topp-sharp,grammar}-{peaked,flat} or
-// hetero-kindK[-kN]-{peaked,flat} with K in 0..3 and N in 1..1024; false for any other name.
+// hetero-kindK[-kN][-tN][-nopen][-nojoint]-{peaked,flat} with K in 0..3, top-k N in 1..1024 and
+// T = N / 100 with N in 1..500 (the options in that order); false for any other name.
 bool parse_case(const std::string& name, Case* c) {
   const size_t dash = name.rfind('-');
   if (dash == std::string::npos) return false;
   std::string head = name.substr(0, dash);
   const std::string tail = name.substr(dash + 1);
   if (tail != "peaked" && tail != "flat") return false;
-  int top_k = 0;
-  const size_t kind_len = std::string("hetero-kindK").size();  // a "-kN" part follows it
-  const size_t k_at = head.rfind("-k");
-  if (head.rfind("hetero-kind", 0) == 0 && k_at != std::string::npos && k_at >= kind_len) {
-    const std::string n = head.substr(k_at + 2);
-    if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos) return false;
-    top_k = std::stoi(n);
-    if (top_k < 1 || top_k > 1024) return false;
-    head = head.substr(0, k_at);
+  // A number of at most four digits in [lo, hi], or -1.
+  auto number = [](const std::string& n, int lo, int hi) {
+    if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos) return -1;
+    const int v = std::stoi(n);
+    return v >= lo && v <= hi ? v : -1;
+  };
+  std::vector<std::string> options;
+  const size_t kind_len = std::string("hetero-kindK").size();
+  if (head.rfind("hetero-kind", 0) == 0 && head.size() > kind_len) {
+    if (head[kind_len] != '-') return false;
+    options = split_on(head.substr(kind_len + 1), '-');
+    head = head.substr(0, kind_len);
   }
   *c = Case{name, tail == "peaked", head.rfind("hetero", 0) == 0, head == "topp" || head == "topp-sharp"};
   c->sharp = head == "topp-sharp";
   c->grammar = head == "grammar";
-  c->top_k = top_k;
   if (head == "hetero-kind0" || head == "hetero-kind1" || head == "hetero-kind2" || head == "hetero-kind3")
     c->kind = head.back() - '0';
   else if (head != "homog" && head != "hetero" && head != "topp" && head != "topp-sharp" && head != "grammar")
     return false;
+  int stage = 0;  // the options come in the order of the comment above, each at most once
+  for (const std::string& o : options) {
+    if (stage < 1 && o.size() > 1 && o[0] == 'k') {
+      if ((c->top_k = number(o.substr(1), 1, 1024)) < 0) return false;
+      stage = 1;
+    } else if (stage < 2 && o.size() > 1 && o[0] == 't') {
+      const int t = number(o.substr(1), 1, 500);
+      if (t < 0) return false;
+      c->temperature = static_cast<float>(t) / 100.0f;
+      stage = 2;
+    } else if (stage < 3 && o == "nopen") {
+      c->no_penalties = true;
+      stage = 3;
+    } else if (stage < 4 && o == "nojoint") {
+      c->no_joint = true;
+      stage = 4;
+    } else {
+      return false;
+    }
+  }
   return true;
 }
 
@@ -137,17 +176,7 @@ struct Args {
   bool timeline_graph = false;  // --timeline-graph: those calls replayed from a graph each, not eager
 };
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t a = 0;
-  while (a <= s.size()) {
-    const size_t b = s.find(',', a);
-    out.push_back(s.substr(a, b == std::string::npos ? std::string::npos : b - a));
-    if (b == std::string::npos) break;
-    a = b + 1;
-  }
-  return out;
-}
+std::vector<std::string> split(const std::string& s) { return split_on(s, ','); }
 
 // The gate on a timed case's first rows against the reference: greedy rows must agree exactly; of
 // random rows one in 16 may differ (a near-tie), so a small batch's rows must all agree.
@@ -186,7 +215,9 @@ sonic::RequestParams row_params(const Case& c, int r, int32_t V, std::mt19937_64
     default: p.temperature = 0.8f; p.top_k = 100; p.top_p = 0.95f; p.top_p_joint = true; break;
   }
   if (c.top_k > 0 && p.top_k > 0) p.top_k = c.top_k;
-  if (kind % 2 == 1) {
+  if (c.temperature > 0.0f && p.temperature > 0.0f) p.temperature = c.temperature;
+  if (c.no_joint) p.top_p_joint = false;
+  if (kind % 2 == 1 && !c.no_penalties) {
     // BENCH.md: the three penalties over 1000 history tokens, the prompt here (frequency and
     // presence count the prompt only with penalties_include_prompt; before 2026-12-05 they did not).
     p.repetition_penalty = 1.1f;
@@ -596,7 +627,7 @@ int main(int argc, char** argv) {
       for (const std::string& cname : a.cases) {
         Case c;
         if (!parse_case(cname, &c)) {
-          std::fprintf(stderr, "--case: unknown sample case '%s' (homog-, hetero-, topp-, topp-sharp-, grammar- or hetero-kind0..3- with an optional k1..k1024-, then peaked or flat)\n",
+          std::fprintf(stderr, "--case: unknown sample case '%s' (homog-, hetero-, topp-, topp-sharp-, grammar- or hetero-kind0..3- with optional k1..k1024-, t1..t500-, nopen-, nojoint- in that order, then peaked or flat)\n",
                        cname.c_str());
           return 2;
         }
