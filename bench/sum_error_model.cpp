@@ -14,6 +14,15 @@
 //                               the lanes' sums plain (the kernels' before v3.36) and compensated
 //                               (the kernels' since v3.36): 70.1 and 10.9 units of 2^-24 at worst,
 //                               one chunk (perf-notes v3.35).
+//   sonic_sum_error_model [V] chunking   random rows (normal logits, a few raised, shifted by 0 or
+//                               20, T 0.7 and 1) under five chunkings, ex2 erring by argument:
+//                               how far the chunking alone moves sum_all, and how far it lies from
+//                               the reference, with the kernels' terms and with the order-free
+//                               terms of docs/design-order-free-sums.md (perf-notes v3.40: 3.8 and
+//                               3.9 units at V = 151936; 19.9 and 30.5 from the reference at zm 45).
+//   sonic_sum_error_model [V] sea|rising order-free   the sea or rising rows with the order-free
+//                               terms (the sea row at V = 16384: 11.1 units at worst, as the
+//                               kernels' terms).
 //   sonic_sum_error_model [V] sea|rising expf   the same rows with the sums rescaled by __expf at
 //                               each new maximum, as the kernels did before pow2-sums.patch
 //                               (perf-notes v3.37; g_pow2 below, false).
@@ -34,6 +43,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "common/token_rules.hpp"
@@ -42,9 +52,22 @@ namespace {
 
 
 // ex2.approx model: mode 0 = correctly rounded 2^v; mode +1/-1 = 2^v * (1 +- 2^-22), rounded toward
-// the exact value so the float result stays within 2^-22 relative; integer inputs are exact.
+// the exact value so the float result stays within 2^-22 relative; mode 2 = an error that follows
+// the argument, 2^v * (1 + h(v) 2^-22) with h a hash of v's bits in [-1, 1] (the same v always errs
+// the same way, different v's differently: what makes a term follow its exponent's rounding);
+// integer inputs are exact.
 int g_ex2_mode = 0;
 constexpr double g_ex2_rel = 0x1p-22;
+inline double ex2_hash(float v) {
+  uint32_t h;
+  std::memcpy(&h, &v, sizeof h);
+  h ^= h >> 16;
+  h *= 0x7feb352dU;
+  h ^= h >> 15;
+  h *= 0x846ca68bU;
+  h ^= h >> 16;
+  return static_cast<double>(h) / 2147483647.5 - 1.0;
+}
 
 inline float ex2_approx(float v, bool ftz) {
   if (std::isnan(v)) return v;
@@ -54,7 +77,7 @@ inline float ex2_approx(float v, bool ftz) {
   if (g_ex2_mode == 0 || v == std::floor(v)) {
     r = static_cast<float>(ex);
   } else {
-    const double y = ex * (1.0 + g_ex2_mode * g_ex2_rel);
+    const double y = ex * (1.0 + (g_ex2_mode == 2 ? ex2_hash(v) : g_ex2_mode) * g_ex2_rel);
     r = static_cast<float>(y);
     // keep |r - ex| <= rel * ex (step toward ex if rounding went past the bound)
     if (std::fabs(static_cast<double>(r) - ex) > g_ex2_rel * ex) r = std::nextafter(r, static_cast<float>(ex));
@@ -79,12 +102,26 @@ bool g_compensated = false;
 // scalings, stage 2's conversion to the row maximum in double. false models the sums before
 // (rescaled by __expf at each new maximum).
 bool g_pow2 = true;
+// docs/design-order-free-sums.md: each term a function of x alone, 2^(y - n) 2^(n - k) with y = x c
+// rounded once, n = floor(y) and the fraction's ex2 (exact scalings), so that only the additions
+// follow the chunking. false: the kernels' terms, ex2(fma(x, c, -k)).
+bool g_order_free = false;
 inline float sum_base2(float inv_t) { return inv_t * 1.4426950408889634f; }
 constexpr float kSumScaleLimit = 0x1p22f;
 inline float sum_scale(float m, float c) { return std::ceil(std::fmin(std::fmax(m * c, -kSumScaleLimit), kSumScaleLimit)); }
 inline float exact_pow2(float d) {
   const int e = static_cast<int>(std::fmin(std::fmax(d, -127.0f), 127.0f));
   return e < -126 ? 0.0f : std::ldexp(1.0f, e);
+}
+
+// The design's term: 2^(x c - k) as ex2(f) 2^(n - k), y = x c, n = floor(y), f = y - n (exact for
+// |y| >= 1; rounded the same way in every chunking below). -inf and NaN add 0.
+inline float order_free_term(float x, float c, float k) {
+  if (!(x > -INFINITY)) return 0.0f;
+  const float y = x * c;
+  const float n = std::floor(y);
+  const float f = y - n;
+  return ex2_approx(f, false) * exact_pow2(n - k);
 }
 
 struct ExpSum {
@@ -109,7 +146,8 @@ struct ExpSum {
     const float to_base2 = inv_t * 1.4426950408889634f;
     float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int i = 0; i < 32; ++i)
-      part[i % 4] += exp2_flush(std::fmax(g_pow2 ? std::fma(x[i], to_base2, -k) : (x[i] - max) * to_base2, -INFINITY));
+      part[i % 4] += g_order_free ? order_free_term(x[i], to_base2, k)
+                                  : exp2_flush(std::fmax(g_pow2 ? std::fma(x[i], to_base2, -k) : (x[i] - max) * to_base2, -INFINITY));
     const float g = (part[0] + part[1]) + (part[2] + part[3]);
     if (!g_compensated) {
       sum += g;
@@ -323,12 +361,55 @@ int sweep_rising(int V, const Layout& L) {
   return 0;
 }
 
+// Random rows under several chunkings (the chunk plans of different B and tile sizes): how far
+// sum_all moves with the chunking alone (what decide_kept's margin must cover so that the token
+// does not follow B) and how far it lies from the reference's (what SPEC.md section 4 lets the
+// token differ by where it is within 1e-5, 168 units), the kernels' terms against the design's,
+// ex2 erring by argument (mode 2). Rows: normal logits (sigma 2), 20 raised by 5-12, shifted by 0
+// or 20, at T 0.7 and 1.
+int sweep_chunking(int V, const Layout& L) {
+  const int tiles = (V + L.tile_tokens() - 1) / L.tile_tokens();
+  g_compensated = true;
+  g_ex2_mode = 2;
+  for (const bool order_free : {false, true}) {
+    g_order_free = order_free;
+    double worst_move = 0.0, worst_ref = 0.0, worst_ref_zm = 0.0, move_zm = 0.0;
+    for (int seed = 0; seed < 8; ++seed)
+      for (const float shift : {0.0f, 20.0f})
+        for (const float T : {0.7f, 1.0f}) {
+          std::mt19937_64 rng(1234 + seed);
+          std::normal_distribution<float> normal(0.0f, 2.0f);
+          std::uniform_real_distribution<float> raise(5.0f, 12.0f);
+          std::vector<float> x(V);
+          for (float& v : x) v = normal(rng) + shift;
+          for (int i = 0; i < 20; ++i) x[rng() % V] += raise(rng);
+          const Ref r = reference(x, T);
+          double lo = INFINITY, hi = -INFINITY;
+          for (const int tpc : {tiles, 1, 2, 3, 5}) {
+            const double sum = device_sum_all(x, T, L, chunks_for_tpc(tiles, tpc));
+            lo = std::fmin(lo, sum);
+            hi = std::fmax(hi, sum);
+            const double ref_units = std::fabs(r.total / sum - 1.0) * 0x1p24;
+            if (ref_units > worst_ref) worst_ref = ref_units, worst_ref_zm = r.zm;
+          }
+          const double move_units = (hi / lo - 1.0) * 0x1p24;
+          if (move_units > worst_move) worst_move = move_units, move_zm = r.zm;
+        }
+    std::printf("%s terms: the chunking moves sum_all by up to %.2f units of 2^-24 (zm %.1f); from the reference up "
+                "to %.2f units (zm %.1f; the margin there %.1f units)\n",
+                order_free ? "order-free" : "kernels'", worst_move, move_zm, worst_ref, worst_ref_zm,
+                sonic::detail::top_p_sum_margin(worst_ref_zm) * 0x1p24);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const int V = argc > 1 ? std::atoi(argv[1]) : 262144;
   const char* rows = argc > 2 ? argv[2] : "sea";
   g_pow2 = !(argc > 3 && std::strcmp(argv[3], "expf") == 0);
+  g_order_free = argc > 3 && std::strcmp(argv[3], "order-free") == 0;
   if (V < 4096) {
     std::fprintf(stderr, "sonic_sum_error_model: V must be at least 4096, got %d\n", V);
     return 2;
@@ -336,6 +417,7 @@ int main(int argc, char** argv) {
   const Layout L;
   if (std::strcmp(rows, "sea") == 0) return sweep_sea(V, L);
   if (std::strcmp(rows, "rising") == 0) return sweep_rising(V, L);
-  std::fprintf(stderr, "sonic_sum_error_model: rows must be sea or rising, got %s\n", rows);
+  if (std::strcmp(rows, "chunking") == 0) return sweep_chunking(V, L);
+  std::fprintf(stderr, "sonic_sum_error_model: rows must be sea, rising or chunking, got %s\n", rows);
   return 2;
 }
