@@ -20,6 +20,11 @@
 //                               the reference, with the kernels' terms and with the order-free
 //                               terms of docs/design-order-free-sums.md (perf-notes v3.40: 3.8 and
 //                               3.9 units at V = 151936; 19.9 and 30.5 from the reference at zm 45).
+//   sonic_sum_error_model [V] canonical   how far stage 1's sum_all lies from the design's S* (the
+//                               canonical terms' sum, or today's terms at the row's scale) in any
+//                               of five chunk plans: random and sea rows, each ex2 model (perf-notes
+//                               v3.40, V = 32768: 2.6-3.6 units on random rows, 11.0 on sea rows,
+//                               with either S*).
 //   sonic_sum_error_model [V] sea|rising order-free   the sea or rising rows with the order-free
 //                               terms (the sea row at V = 16384: 11.1 units at worst, as the
 //                               kernels' terms).
@@ -403,6 +408,61 @@ int sweep_chunking(int V, const Layout& L) {
   return 0;
 }
 
+// docs/design-order-free-sums.md's S*, the mass every decision would come from, in double: the
+// canonical terms' sum (order-free) or today's terms at the row's scale k_row = ceil(row max c)
+// (the design's cheaper variant). Both relative to 2^k_row.
+inline double canonical_sum(const std::vector<float>& x, float T, bool order_free) {
+  const float inv_t = 1.0f / T, c = sum_base2(inv_t);
+  float m = -INFINITY;
+  for (float v : x) m = std::fmax(m, v);
+  const float k = sum_scale(m, c);
+  double s = 0.0;
+  for (float v : x) {
+    if (!(v > -INFINITY)) continue;
+    s += order_free ? static_cast<double>(order_free_term(v, c, k)) : static_cast<double>(exp2_flush(std::fma(v, c, -k)));
+  }
+  // sum_all is relative to the row's maximum, exp((x - m) / T) = 2^(x c - k) 2^(k - m c)
+  return s * std::exp2(static_cast<double>(k) - static_cast<double>(m) * static_cast<double>(c));
+}
+
+// How far stage 1's sum_all lies from S* in any chunk plan, for each S*: what the design's margin
+// must cover. Rows: chunking's random rows and the sea rows (T 1, d 14-19), ex2 in each mode.
+int sweep_canonical(int V, const Layout& L) {
+  const int tiles = (V + L.tile_tokens() - 1) / L.tile_tokens();
+  g_compensated = true;
+  for (const int mode : {2, 1, -1}) {
+    g_ex2_mode = mode;
+    for (const bool order_free : {false, true}) {
+      g_order_free = order_free;
+      double worst_random = 0.0, worst_sea = 0.0;
+      auto measure = [&](const std::vector<float>& x, float T, double* worst) {
+        const double star = canonical_sum(x, T, order_free);
+        for (const int tpc : {tiles, 1, 2, 3, 5})
+          *worst = std::fmax(*worst, std::fabs(device_sum_all(x, T, L, chunks_for_tpc(tiles, tpc)) / star - 1.0) * 0x1p24);
+      };
+      for (int seed = 0; seed < 8; ++seed)
+        for (const float shift : {0.0f, 20.0f})
+          for (const float T : {0.7f, 1.0f}) {
+            std::mt19937_64 rng(1234 + seed);
+            std::normal_distribution<float> normal(0.0f, 2.0f);
+            std::uniform_real_distribution<float> raise(5.0f, 12.0f);
+            std::vector<float> x(V);
+            for (float& v : x) v = normal(rng) + shift;
+            for (int i = 0; i < 20; ++i) x[rng() % V] += raise(rng);
+            measure(x, T, &worst_random);
+          }
+      for (double d = 14.0; d < 19.0; d += 0.01) {
+        std::vector<float> x(V, static_cast<float>(-d));
+        x[0] = 0.0f;
+        measure(x, 1.0f, &worst_sea);
+      }
+      std::printf("ex2 %+d, S* of %s terms: stage 1's sum_all within %.2f units of 2^-24 of it (random rows), "
+                  "%.2f (sea rows)\n", mode, order_free ? "order-free" : "today's (at the row's scale)", worst_random, worst_sea);
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -418,6 +478,7 @@ int main(int argc, char** argv) {
   if (std::strcmp(rows, "sea") == 0) return sweep_sea(V, L);
   if (std::strcmp(rows, "rising") == 0) return sweep_rising(V, L);
   if (std::strcmp(rows, "chunking") == 0) return sweep_chunking(V, L);
-  std::fprintf(stderr, "sonic_sum_error_model: rows must be sea, rising or chunking, got %s\n", rows);
+  if (std::strcmp(rows, "canonical") == 0) return sweep_canonical(V, L);
+  std::fprintf(stderr, "sonic_sum_error_model: rows must be sea, rising, chunking or canonical, got %s\n", rows);
   return 2;
 }
