@@ -366,12 +366,28 @@ int sweep_rising(int V, const Layout& L) {
   return 0;
 }
 
+// The random rows of the chunking and canonical sweeps, f(x, T) on each: normal logits (sigma 2),
+// 20 of them raised by 5-12, shifted by 0 or 20, at T 0.7 and 1 (32 rows).
+template <class F>
+void for_each_random_row(int V, F f) {
+  for (int seed = 0; seed < 8; ++seed)
+    for (const float shift : {0.0f, 20.0f})
+      for (const float T : {0.7f, 1.0f}) {
+        std::mt19937_64 rng(1234 + seed);
+        std::normal_distribution<float> normal(0.0f, 2.0f);
+        std::uniform_real_distribution<float> raise(5.0f, 12.0f);
+        std::vector<float> x(V);
+        for (float& v : x) v = normal(rng) + shift;
+        for (int i = 0; i < 20; ++i) x[rng() % V] += raise(rng);
+        f(x, T);
+      }
+}
+
 // Random rows under several chunkings (the chunk plans of different B and tile sizes): how far
 // sum_all moves with the chunking alone (what decide_kept's margin must cover so that the token
 // does not follow B) and how far it lies from the reference's (what SPEC.md section 4 lets the
 // token differ by where it is within 1e-5, 168 units), the kernels' terms against the design's,
-// ex2 erring by argument (mode 2). Rows: normal logits (sigma 2), 20 raised by 5-12, shifted by 0
-// or 20, at T 0.7 and 1.
+// ex2 erring by argument (mode 2), on for_each_random_row's rows.
 int sweep_chunking(int V, const Layout& L) {
   const int tiles = (V + L.tile_tokens() - 1) / L.tile_tokens();
   g_compensated = true;
@@ -379,27 +395,19 @@ int sweep_chunking(int V, const Layout& L) {
   for (const bool order_free : {false, true}) {
     g_order_free = order_free;
     double worst_move = 0.0, worst_ref = 0.0, worst_ref_zm = 0.0, move_zm = 0.0;
-    for (int seed = 0; seed < 8; ++seed)
-      for (const float shift : {0.0f, 20.0f})
-        for (const float T : {0.7f, 1.0f}) {
-          std::mt19937_64 rng(1234 + seed);
-          std::normal_distribution<float> normal(0.0f, 2.0f);
-          std::uniform_real_distribution<float> raise(5.0f, 12.0f);
-          std::vector<float> x(V);
-          for (float& v : x) v = normal(rng) + shift;
-          for (int i = 0; i < 20; ++i) x[rng() % V] += raise(rng);
-          const Ref r = reference(x, T);
-          double lo = INFINITY, hi = -INFINITY;
-          for (const int tpc : {tiles, 1, 2, 3, 5}) {
-            const double sum = device_sum_all(x, T, L, chunks_for_tpc(tiles, tpc));
-            lo = std::fmin(lo, sum);
-            hi = std::fmax(hi, sum);
-            const double ref_units = std::fabs(r.total / sum - 1.0) * 0x1p24;
-            if (ref_units > worst_ref) worst_ref = ref_units, worst_ref_zm = r.zm;
-          }
-          const double move_units = (hi / lo - 1.0) * 0x1p24;
-          if (move_units > worst_move) worst_move = move_units, move_zm = r.zm;
-        }
+    for_each_random_row(V, [&](const std::vector<float>& x, float T) {
+      const Ref r = reference(x, T);
+      double lo = INFINITY, hi = -INFINITY;
+      for (const int tpc : {tiles, 1, 2, 3, 5}) {
+        const double sum = device_sum_all(x, T, L, chunks_for_tpc(tiles, tpc));
+        lo = std::fmin(lo, sum);
+        hi = std::fmax(hi, sum);
+        const double ref_units = std::fabs(r.total / sum - 1.0) * 0x1p24;
+        if (ref_units > worst_ref) worst_ref = ref_units, worst_ref_zm = r.zm;
+      }
+      const double move_units = (hi / lo - 1.0) * 0x1p24;
+      if (move_units > worst_move) worst_move = move_units, move_zm = r.zm;
+    });
     std::printf("%s terms: the chunking moves sum_all by up to %.2f units of 2^-24 (zm %.1f); from the reference up "
                 "to %.2f units (zm %.1f; the margin there %.1f units)\n",
                 order_free ? "order-free" : "kernels'", worst_move, move_zm, worst_ref, worst_ref_zm,
@@ -440,17 +448,7 @@ int sweep_canonical(int V, const Layout& L) {
         for (const int tpc : {tiles, 1, 2, 3, 5})
           *worst = std::fmax(*worst, std::fabs(device_sum_all(x, T, L, chunks_for_tpc(tiles, tpc)) / star - 1.0) * 0x1p24);
       };
-      for (int seed = 0; seed < 8; ++seed)
-        for (const float shift : {0.0f, 20.0f})
-          for (const float T : {0.7f, 1.0f}) {
-            std::mt19937_64 rng(1234 + seed);
-            std::normal_distribution<float> normal(0.0f, 2.0f);
-            std::uniform_real_distribution<float> raise(5.0f, 12.0f);
-            std::vector<float> x(V);
-            for (float& v : x) v = normal(rng) + shift;
-            for (int i = 0; i < 20; ++i) x[rng() % V] += raise(rng);
-            measure(x, T, &worst_random);
-          }
+      for_each_random_row(V, [&](const std::vector<float>& x, float T) { measure(x, T, &worst_random); });
       // From d = 11 (x c = -16: where the bulk's terms round their exponent at 2^-20 and still hold
       // most of the mass at V = 2^17, so that today's terms at another scale differ most) to 19.
       for (double d = 11.0; d < 19.0; d += 0.02) {
