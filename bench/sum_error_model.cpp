@@ -384,10 +384,10 @@ void for_each_random_row(int V, F f) {
 }
 
 // Random rows under several chunkings (the chunk plans of different B and tile sizes): how far
-// sum_all moves with the chunking alone (what decide_kept's margin must cover so that the token
-// does not follow B) and how far it lies from the reference's (what SPEC.md section 4 lets the
-// token differ by where it is within 1e-5, 168 units), the kernels' terms against the design's,
-// ex2 erring by argument (mode 2), on for_each_random_row's rows.
+// sum_all moves with the chunking alone (what the margin of docs/design-order-free-sums.md must
+// cover, so that the token does not follow B) and how far it lies from the reference's (what
+// SPEC.md section 4 lets the token differ by where it is within 1e-5, 168 units), the kernels'
+// terms against the design's, ex2 erring by argument (mode 2), on for_each_random_row's rows.
 int sweep_chunking(int V, const Layout& L) {
   const int tiles = (V + L.tile_tokens() - 1) / L.tile_tokens();
   g_compensated = true;
