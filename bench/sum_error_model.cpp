@@ -23,8 +23,8 @@
 //   sonic_sum_error_model [V] canonical   how far stage 1's sum_all lies from the design's S* (the
 //                               canonical terms' sum, or today's terms at the row's scale) in any
 //                               of five chunk plans: random and sea rows, each ex2 model (perf-notes
-//                               v3.40: at V = 32768 and 131072, 2.6-3.6 units on random rows and
-//                               10.9-11.0 on sea rows, with either S*).
+//                               v3.40: at V = 32768 and 131072, 2.6-3.6 units on random rows,
+//                               10.9-11.0 on sea rows, 9.4-9.7 on rising rows, with either S*).
 //   sonic_sum_error_model [V] sea|rising order-free   the sea or rising rows with the order-free
 //                               terms (the sea row at V = 16384: 11.1 units at worst, as the
 //                               kernels' terms).
@@ -324,6 +324,23 @@ int sweep_sea(int V, const Layout& L) {
   return 0;
 }
 
+// The rising rows (see the header), tt tokens a tile: kBand, every token of tile t at
+// -(tiles - 1 - t) delta; kLane, only each tile's first token so, the rest at -40; kBulk, the band
+// from -d with the last tile's first token at 0.
+enum class RisingFamily { kBand, kLane, kBulk };
+inline std::vector<float> rising_row(int V, int tt, RisingFamily family, double delta, double d = 0.0) {
+  const int tiles = (V + tt - 1) / tt;
+  std::vector<float> x(V);
+  if (family == RisingFamily::kLane) {
+    std::fill(x.begin(), x.end(), -40.0f);
+    for (int t = 0; t < tiles; ++t) x[static_cast<size_t>(t) * tt] = static_cast<float>(-(tiles - 1 - t) * delta);
+    return x;
+  }
+  for (int t = 0; t < V; ++t) x[t] = static_cast<float>(-d - (tiles - 1 - t / tt) * delta);
+  if (family == RisingFamily::kBulk) x[static_cast<size_t>(tiles - 1) * tt] = 0.0f;
+  return x;
+}
+
 // The rising rows' sweep (see the header): the kernels' compensated lanes, the whole row one chunk.
 int sweep_rising(int V, const Layout& L) {
   const float T = 1.0f;
@@ -345,20 +362,11 @@ int sweep_rising(int V, const Layout& L) {
     g_ex2_mode = mode;
     Worst band, lane, bulk;
     for (double delta = 1e-7; delta < 2.0; delta *= 1.05) {
-      std::vector<float> x(V);
-      for (int t = 0; t < V; ++t) x[t] = static_cast<float>(-(tiles - 1 - t / tt) * delta);
-      measure(x, delta, 0.0, band);
-      std::fill(x.begin(), x.end(), -40.0f);
-      for (int t = 0; t < tiles; ++t) x[static_cast<size_t>(t) * tt] = static_cast<float>(-(tiles - 1 - t) * delta);
-      measure(x, delta, 0.0, lane);
+      measure(rising_row(V, tt, RisingFamily::kBand, delta), delta, 0.0, band);
+      measure(rising_row(V, tt, RisingFamily::kLane, delta), delta, 0.0, lane);
     }
     for (double d = 2.0; d < 16.0; d += 0.5)
-      for (double delta = 1e-6; delta < 0.3; delta *= 1.3) {
-        std::vector<float> x(V);
-        for (int t = 0; t < V; ++t) x[t] = static_cast<float>(-d - (tiles - 1 - t / tt) * delta);
-        x[static_cast<size_t>(tiles - 1) * tt] = 0.0f;
-        measure(x, delta, d, bulk);
-      }
+      for (double delta = 1e-6; delta < 0.3; delta *= 1.3) measure(rising_row(V, tt, RisingFamily::kBulk, delta, d), delta, d, bulk);
     report("band", mode, band);
     report("lane", mode, lane);
     report("bulk", mode, bulk);
@@ -434,7 +442,8 @@ inline double canonical_sum(const std::vector<float>& x, float T, bool order_fre
 }
 
 // How far stage 1's sum_all lies from S* in any chunk plan, for each S*: what the design's margin
-// must cover. Rows: chunking's random rows and the sea rows (T 1, d 11-19), ex2 in each mode.
+// must cover. Rows: chunking's random rows, the sea rows (T 1, d 11-19) and the rising rows (T 1),
+// ex2 in each mode.
 int sweep_canonical(int V, const Layout& L) {
   const int tiles = (V + L.tile_tokens() - 1) / L.tile_tokens();
   g_compensated = true;
@@ -456,8 +465,16 @@ int sweep_canonical(int V, const Layout& L) {
         x[0] = 0.0f;
         measure(x, 1.0f, &worst_sea);
       }
+      double worst_rising = 0.0;
+      const int tt = L.tile_tokens();
+      for (double delta = 1e-3; delta < 2.0; delta *= 1.5) {
+        measure(rising_row(V, tt, RisingFamily::kBand, delta), 1.0f, &worst_rising);
+        measure(rising_row(V, tt, RisingFamily::kLane, delta), 1.0f, &worst_rising);
+        for (const double d : {4.0, 8.0, 12.0}) measure(rising_row(V, tt, RisingFamily::kBulk, delta, d), 1.0f, &worst_rising);
+      }
       std::printf("ex2 %+d, S* of %s terms: stage 1's sum_all within %.2f units of 2^-24 of it (random rows), "
-                  "%.2f (sea rows)\n", mode, order_free ? "order-free" : "today's (at the row's scale)", worst_random, worst_sea);
+                  "%.2f (sea rows), %.2f (rising rows)\n", mode, order_free ? "order-free" : "today's (at the row's scale)",
+                  worst_random, worst_sea, worst_rising);
     }
   }
   return 0;
