@@ -172,6 +172,7 @@ struct Layout {
   int width = 4;
   int groups_per_step = 1;
   int tile_tokens() const { return 4 * groups_per_step * 1024; }
+  int tiles(int V) const { return (V + tile_tokens() - 1) / tile_tokens(); }
 };
 
 struct Chunk { int first, end; };  // tile range
@@ -297,18 +298,24 @@ inline Ref reference(const std::vector<float>& x, float T) {
 // The margin before v3.33 (|zm| + 32), which the sea row reached 0.868 of: beside the kernel's.
 double former_margin(float zm) { return 1e-6 + std::expm1((std::fabs(static_cast<double>(zm)) + 32.0) * 0x1p-23); }
 
+// The sea row (see the header): token 0 at 0, the other V - 1 at -d.
+inline std::vector<float> sea_row(int V, double d) {
+  std::vector<float> x(V, static_cast<float>(-d));
+  x[0] = 0.0f;
+  return x;
+}
+
 // The sea row's sweep (see the header).
 int sweep_sea(int V, const Layout& L) {
   const float T = 1.0f;
-  const int tiles = (V + L.tile_tokens() - 1) / L.tile_tokens();
+  const int tiles = L.tiles(V);
   for (const bool compensated : {false, true})
   for (const int mode : {0, 1, -1}) {
     g_compensated = compensated;
     g_ex2_mode = mode;
     double best = 0.0;
     for (double d = 14.0; d < 19.0; d += 0.0005) {
-      std::vector<float> x(V, static_cast<float>(-d));
-      x[0] = 0.0f;
+      const std::vector<float> x = sea_row(V, d);
       const Ref r = reference(x, T);
       const double rel = r.total / device_sum_all(x, T, L, chunks_for_tpc(tiles, tiles)) - 1.0;
       const double ratio = std::fabs(rel) / sonic::detail::top_p_sum_margin(r.zm);
@@ -324,12 +331,12 @@ int sweep_sea(int V, const Layout& L) {
   return 0;
 }
 
-// The rising rows (see the header), tt tokens a tile: kBand, every token of tile t at
+// The rising rows (see the header), tiles of L's size: kBand, every token of tile t at
 // -(tiles - 1 - t) delta; kLane, only each tile's first token so, the rest at -40; kBulk, the band
 // from -d with the last tile's first token at 0.
 enum class RisingFamily { kBand, kLane, kBulk };
-inline std::vector<float> rising_row(int V, int tt, RisingFamily family, double delta, double d = 0.0) {
-  const int tiles = (V + tt - 1) / tt;
+inline std::vector<float> rising_row(int V, const Layout& L, RisingFamily family, double delta, double d = 0.0) {
+  const int tt = L.tile_tokens(), tiles = L.tiles(V);
   std::vector<float> x(V);
   if (family == RisingFamily::kLane) {
     std::fill(x.begin(), x.end(), -40.0f);
@@ -344,8 +351,7 @@ inline std::vector<float> rising_row(int V, int tt, RisingFamily family, double 
 // The rising rows' sweep (see the header): the kernels' compensated lanes, the whole row one chunk.
 int sweep_rising(int V, const Layout& L) {
   const float T = 1.0f;
-  const int tt = L.tile_tokens();
-  const int tiles = (V + tt - 1) / tt;
+  const int tiles = L.tiles(V);
   g_compensated = true;
   struct Worst { double ratio = 0.0, rel = 0.0, delta = 0.0, d = 0.0; };
   auto measure = [&](const std::vector<float>& x, double delta, double d, Worst& w) {
@@ -362,11 +368,11 @@ int sweep_rising(int V, const Layout& L) {
     g_ex2_mode = mode;
     Worst band, lane, bulk;
     for (double delta = 1e-7; delta < 2.0; delta *= 1.05) {
-      measure(rising_row(V, tt, RisingFamily::kBand, delta), delta, 0.0, band);
-      measure(rising_row(V, tt, RisingFamily::kLane, delta), delta, 0.0, lane);
+      measure(rising_row(V, L, RisingFamily::kBand, delta), delta, 0.0, band);
+      measure(rising_row(V, L, RisingFamily::kLane, delta), delta, 0.0, lane);
     }
     for (double d = 2.0; d < 16.0; d += 0.5)
-      for (double delta = 1e-6; delta < 0.3; delta *= 1.3) measure(rising_row(V, tt, RisingFamily::kBulk, delta, d), delta, d, bulk);
+      for (double delta = 1e-6; delta < 0.3; delta *= 1.3) measure(rising_row(V, L, RisingFamily::kBulk, delta, d), delta, d, bulk);
     report("band", mode, band);
     report("lane", mode, lane);
     report("bulk", mode, bulk);
@@ -397,7 +403,7 @@ void for_each_random_row(int V, F f) {
 // SPEC.md section 4 lets the token differ by where it is within 1e-5, 168 units), the kernels'
 // terms against the design's, ex2 erring by argument (mode 2), on for_each_random_row's rows.
 int sweep_chunking(int V, const Layout& L) {
-  const int tiles = (V + L.tile_tokens() - 1) / L.tile_tokens();
+  const int tiles = L.tiles(V);
   g_compensated = true;
   g_ex2_mode = 2;
   for (const bool order_free : {false, true}) {
@@ -445,7 +451,7 @@ inline double canonical_sum(const std::vector<float>& x, float T, bool order_fre
 // must cover. Rows: chunking's random rows, the sea rows (T 1, d 11-19) and the rising rows (T 1),
 // ex2 in each mode.
 int sweep_canonical(int V, const Layout& L) {
-  const int tiles = (V + L.tile_tokens() - 1) / L.tile_tokens();
+  const int tiles = L.tiles(V);
   g_compensated = true;
   for (const int mode : {2, 1, -1}) {
     g_ex2_mode = mode;
@@ -461,16 +467,13 @@ int sweep_canonical(int V, const Layout& L) {
       // From d = 11 (x c = -16: where the bulk's terms round their exponent at 2^-20 and still hold
       // most of the mass at V = 2^17, so that today's terms at another scale differ most) to 19.
       for (double d = 11.0; d < 19.0; d += 0.02) {
-        std::vector<float> x(V, static_cast<float>(-d));
-        x[0] = 0.0f;
-        measure(x, 1.0f, &worst_sea);
+        measure(sea_row(V, d), 1.0f, &worst_sea);
       }
       double worst_rising = 0.0;
-      const int tt = L.tile_tokens();
       for (double delta = 1e-3; delta < 2.0; delta *= 1.5) {
-        measure(rising_row(V, tt, RisingFamily::kBand, delta), 1.0f, &worst_rising);
-        measure(rising_row(V, tt, RisingFamily::kLane, delta), 1.0f, &worst_rising);
-        for (const double d : {4.0, 8.0, 12.0}) measure(rising_row(V, tt, RisingFamily::kBulk, delta, d), 1.0f, &worst_rising);
+        measure(rising_row(V, L, RisingFamily::kBand, delta), 1.0f, &worst_rising);
+        measure(rising_row(V, L, RisingFamily::kLane, delta), 1.0f, &worst_rising);
+        for (const double d : {4.0, 8.0, 12.0}) measure(rising_row(V, L, RisingFamily::kBulk, delta, d), 1.0f, &worst_rising);
       }
       std::printf("ex2 %+d, S* of %s terms: stage 1's sum_all within %.2f units of 2^-24 of it (random rows), "
                   "%.2f (sea rows), %.2f (rising rows)\n", mode, order_free ? "order-free" : "today's (at the row's scale)",
