@@ -714,11 +714,12 @@ int main(int argc, char** argv) {
           }
 
           double graph_us = 0.0, eager_us = 0.0;
-          const uint64_t exact_before = sampler.exact_path_rows();
+          const uint64_t exact_before = sampler.exact_path_rows(), band_before = sampler.exact_path_band_rows();
           if (check.rfind("ok", 0) == 0)
             std::tie(graph_us, eager_us) = time_calls(stream, nbuf, a.graph_replays,
                                                       [&](int i) { sampler.sample(view(i), slots, bm, o, opt); });
           const uint64_t exact_rows = sampler.exact_path_rows() - exact_before;
+          const uint64_t band_rows = sampler.exact_path_band_rows() - band_before;
 #if SONIC_TIMELINE
           if (a.timeline > 0 && graph_us > 0)
             report_timeline(a, cname + " " + dtype + " V=" + std::to_string(V) + " B=" + std::to_string(B), stream, nbuf,
@@ -726,9 +727,11 @@ int main(int argc, char** argv) {
 #endif
           const double floor_us = read_floor_us(bytes);
           // Rows sent to the exact path during the timing (graph replays run every captured call).
-          std::printf("%-14s %-5s %7d %4d %10.2f %10.2f %9.2f %6.0f%%  %s  exact rows %llu\n", cname.c_str(), dtype.c_str(), V,
-                      B, graph_us, eager_us, floor_us, graph_us > 0 ? 100.0 * floor_us / graph_us : 0.0, check.c_str(),
-                      static_cast<unsigned long long>(exact_rows));
+          // Rows the exact path decided from stage 2's margin band, if any (margin_band.cuh).
+          const std::string band = band_rows ? " (" + std::to_string(band_rows) + " from their band)" : "";
+          std::printf("%-14s %-5s %7d %4d %10.2f %10.2f %9.2f %6.0f%%  %s  exact rows %llu%s\n", cname.c_str(), dtype.c_str(),
+                      V, B, graph_us, eager_us, floor_us, graph_us > 0 ? 100.0 * floor_us / graph_us : 0.0, check.c_str(),
+                      static_cast<unsigned long long>(exact_rows), band.c_str());
           std::fflush(stdout);
           if (graph_us > 0) {
             emit(out, a, "sonic", cname, B, V, dtype, "graph", graph_us, floor_us, gpu);

@@ -44,6 +44,10 @@ class Sampler {
   // Of those, the top-k rows that the exact path decided from the few keys at or above a bound the
   // fast path found (CUDA; the rest take passes over the row). A diagnostic that synchronises.
   uint64_t exact_path_list_rows() const;
+  // Of the others, the joint top-p rows with top-k that the exact path decided from the fast path's
+  // sorted keys and its own exact total, their crossing having lain within the fast path's margin
+  // (CUDA). A diagnostic that synchronises.
+  uint64_t exact_path_band_rows() const;
 
   // Single-step mode: row r of logits belongs to slot slots[r] (row r itself when slots is null).
   // Arrays live where the backend works (host for CPU, device for CUDA).

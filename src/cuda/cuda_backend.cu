@@ -9,6 +9,7 @@
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_allocations.hpp"
+#include "cuda/margin_band.cuh"
 #include "cuda/row_job.cuh"
 #include "cuda/slot_table.hpp"
 #include "host/backend.hpp"
@@ -54,9 +55,11 @@ class CudaBackend final : public SamplerBackend {
     // and the row tails' grid's blocks done. Zero between calls: the kernels reset what they
     // count.
     counters_ = mem_.zeroed<int32_t>(rows + 3);
-    flagged_total_ = mem_.zeroed<unsigned long long>(2);  // rows flagged, then rows decided from a SplitList
+    // Rows flagged, then rows decided from a SplitList, then from a MarginBand.
+    flagged_total_ = mem_.zeroed<unsigned long long>(3);
     exact_flags_ = mem_.alloc<int32_t>(rows);
     exact_hints_ = mem_.alloc<unsigned long long>(rows);
+    bands_ = mem_.alloc<cuda::MarginBand>(rows);
     verdicts_ = mem_.alloc<cuda::RowVerdict>(rows);
     row_logprob_ = mem_.alloc<float>(rows);
     row_rank_ = mem_.alloc<int32_t>(rows);
@@ -103,6 +106,7 @@ class CudaBackend final : public SamplerBackend {
   uint64_t step(int32_t slot) const override { return table_.step(slot); }
   uint64_t exact_path_rows() const override { return path_count(0); }
   uint64_t exact_path_list_rows() const override { return path_count(1); }
+  uint64_t exact_path_band_rows() const override { return path_count(2); }
 
   void sample(const LogitsView& logits, const int32_t* slots, const BitmaskView& bitmask,
               const SampleOutputs& out, const CallOptions& options) override {
@@ -222,9 +226,10 @@ class CudaBackend final : public SamplerBackend {
     if (job.fast.separate_stage2) cuda::launch_row_stage2(job, programmatic_launch_, stream);
     job.exact_flags = exact_flags_;
     if (!split_list_) job.fast.exact_hints = nullptr;
-    job.split = cuda::SplitScratch{split_mass_, split_count_, split_best_, split_total_,
-                                   split_flags_, split_flags_ + split_slots_, flagged_total_ + 1, split_rows_,
-                                   split_slots_};
+    if (!split_list_ || !split_band_) job.fast.bands = nullptr;
+    job.split = cuda::SplitScratch{split_mass_, split_count_, split_best_, split_total_, split_flags_,
+                                   split_flags_ + split_slots_, flagged_total_ + 1, flagged_total_ + 2,
+                                   split_rows_, split_slots_};
     cuda::launch_exact_sample(job, exact_blocks_, programmatic_launch_, stream);
   }
 
@@ -331,6 +336,7 @@ class CudaBackend final : public SamplerBackend {
     f.tiles_done = counters_;
     f.exact_flags = exact_flags_;
     f.exact_hints = exact_hints_;
+    f.bands = bands_;
     f.flagged = counters_ + max_rows;
     f.flagged_total = flagged_total_;
     f.rows_done = counters_ + max_rows + 1;
@@ -379,10 +385,13 @@ class CudaBackend final : public SamplerBackend {
     // 0: the exact path's split top-k rows ignore stage 2's hint (FastScratch::exact_hints): their
     // slices count keys by bucket and the last gathers in one pass over the row, as before the hint.
     if (const auto n = env_int("SONIC_CUDA_SPLIT_LIST", 0, 1)) split_list_ = *n != 0;
+    // 0: the split's joint top-p rows ignore stage 2's margin band (FastScratch::bands) and decide
+    // from the list as before it.
+    if (const auto n = env_int("SONIC_CUDA_SPLIT_BAND", 0, 1)) split_band_ = *n != 0;
   }
 
-  // Counter i of flagged_total_ (0: rows flagged, 1: rows decided from a SplitList), once the device
-  // is idle: the diagnostics' one read.
+  // Counter i of flagged_total_ (0: rows flagged, 1: rows decided from a SplitList, 2: from a
+  // MarginBand), once the device is idle: the diagnostics' one read.
   uint64_t path_count(int i) const {
     unsigned long long n = 0;
     SONIC_CUDA_CHECK(cudaDeviceSynchronize());
@@ -399,6 +408,7 @@ class CudaBackend final : public SamplerBackend {
   bool programmatic_launch_ = false;  // the row stage-2 and exact kernels as programmatic dependents
   bool programmatic_switch_ = true;   // SONIC_CUDA_PROGRAMMATIC
   bool split_list_ = true;            // SONIC_CUDA_SPLIT_LIST
+  bool split_band_ = true;            // SONIC_CUDA_SPLIT_BAND
   int32_t resident_[3] = {1, 1, 1};  // fast-kernel blocks the device holds at once, per dtype
   int32_t forced_tiles_per_chunk_ = 0;
   int32_t head_percent_ = 75, tails_min_rows_ = -1;  // SONIC_CUDA_TAILS
@@ -410,6 +420,7 @@ class CudaBackend final : public SamplerBackend {
   unsigned long long* flagged_total_ = nullptr;
   int32_t* exact_flags_ = nullptr;
   unsigned long long* exact_hints_ = nullptr;  // FastScratch::exact_hints
+  cuda::MarginBand* bands_ = nullptr;          // FastScratch::bands
   int32_t exact_blocks_ = 0;  // the exact sampler's largest grid
   int32_t split_rows_ = 0;    // the exact sampler's split rows (SplitScratch)
   int32_t split_slots_ = 0;   // and its scratch slots

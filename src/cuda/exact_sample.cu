@@ -16,6 +16,7 @@
 #include "cuda/commit_rows.cuh"
 #include "cuda/cuda_check.hpp"
 #include "cuda/dependent_launch.cuh"
+#include "cuda/margin_band.cuh"
 #include "cuda/prologue.cuh"
 #include "cuda/row_job.cuh"
 #include "cuda/row_outputs.cuh"
@@ -30,15 +31,10 @@ using detail::key_value;
 using detail::pack_key;
 
 constexpr int kBlock = 512;
-constexpr double kMassScale = 1099511627776.0;  // 2^40: fixed-point unit of probability mass
 // |gumbel_from_uniform_fast - gumbel_from_uniform_exact| <= ulp(G) / 2 + 2^-20 < 2^-18 for every
 // uniform (G < 23; SharedRulesDevice checks all 2^32 words): 2^-16 leaves room for the double adds.
 constexpr double kFastNoiseSlack = 1.0 / 65536.0;
 
-// A score's fixed-point probability mass against the maximum md (s > -inf, md finite).
-__device__ __forceinline__ unsigned long long fixed_mass(float s, double md) {
-  return static_cast<unsigned long long>(llrint(exp(static_cast<double>(s) - md) * kMassScale));
-}
 // The cut that keeps every valid token: the smallest key of a score above -inf.
 __device__ __forceinline__ unsigned long long every_valid_cut() {
   return (static_cast<unsigned long long>(detail::order_bits(-INFINITY)) + 1) << 32;
@@ -528,6 +524,9 @@ __device__ __forceinline__ bool split_top_k_gather(const RowJob& job, int32_t r,
 // buckets, and the last slice decides from that list alone: no pass over the row's z (a one-block
 // pass over 152 K floats waits a latency a load: about 40 us of a call that flags one top-k row),
 // no bucket search, and over at most kRankDecideKeys keys no radix selects (rank_decide_top_k).
+// A joint top-p row that stage 2 left only because its crossing lay within the margin also has a
+// band (FastScratch::bands, margin_band.cuh): the last slice then takes the token from it and the
+// exact total (split_band_token), without reading the list back, ranking it or drawing over it.
 // Rows this does not cover (verification, any logprob, rank, top-N or final-distribution output,
 // greedy, top-k past kSplitGatherKeys, untruncated, no valid token, a +inf maximum) take exact_row in their first slice's
 // block; rows whose gathered keys would pass kSplitGatherKeys, in their last slice's.
@@ -592,6 +591,27 @@ __device__ int32_t nth_flagged_row(const RowJob& job, int32_t f, Shared& sh) {
   }
   __syncthreads();
   return sh.split_row;
+}
+
+// The last slice of a split top-k row with stage 2's hint: the token from the row's band and the
+// slices' exact total (margin_band.cuh), or -1 when the band does not decide it (no band, a list
+// that is not exactly the row's k keys, or a kept size outside the band). Where it decides, the
+// slot's list and sums are reset as split_top_k_gather resets them. The whole block calls it.
+__device__ __forceinline__ int32_t split_band_token(const RowJob& job, int32_t r, int32_t f, const SlotParams& p,
+                                                    Shared& sh) {
+  const SplitSlot scratch = split_slot(job.split, f);
+  const SplitList list = scratch.list();
+  const uint32_t listed = __ldcg(list.count);
+  const unsigned long long row_total = __ldcg(scratch.total);
+  // rank_decide_top_k's target, in the same double arithmetic.
+  const unsigned long long target = static_cast<unsigned long long>(
+      ceil(static_cast<double>(p.top_p) * static_cast<double>(row_total)));
+  const int32_t token = listed == static_cast<uint32_t>(p.top_k) ? band_token(job.fast.bands + r, target, p.top_k) : -1;
+  if (token < 0) return -1;
+  __syncthreads();  // every thread has read the list's count and the total before the reset
+  reset_split_list(scratch, listed);
+  if (threadIdx.x == 0) atomicAdd(job.split.band_rows, 1ull);
+  return token;
 }
 
 // Slice s of S of flagged row r, its sums in scratch slot f (f < split.slots; one row at a time:
@@ -722,6 +742,19 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   int32_t n_front = 0, n_back = 0;
   unsigned long long rest = 0;
   if (top_k_row) {
+    // A band is only written for joint top-p rows without min-p (stage2_row), whose kept set is the
+    // first c of the k keys.
+    if (hint && job.fast.bands && joint && p.top_p < 1.0f && !(p.min_p > 0.0f)) {
+      const int32_t token = split_band_token(job, r, f, p, sh);
+      if (token >= 0) {
+        timeline_mark(kMarkSampled);
+        if (threadIdx.x == 0) {
+          out.tokens[r] = token;
+          if (out.status) out.status[r] = row_nan ? kStatusNaN : 0;
+        }
+        return false;
+      }
+    }
     if (split_top_k_gather(job, r, f, p, m, hint, &cut, &n_front, &rest, sh, gathered)) return true;
   } else {
     // The bucket where the cumulative mass reaches top-p's target (-1: none).

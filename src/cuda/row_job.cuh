@@ -78,6 +78,8 @@ struct alignas(16) TileStat {
   int32_t count;               // candidates the chunk wrote at the start of its region
 };
 
+struct MarginBand;  // margin_band.cuh
+
 struct FastScratch {
   TileStat* stats;              // [rows, chunks]
   unsigned long long* cands;    // [rows, cand_stride]; chunk c writes from c * chunk_capacity
@@ -89,6 +91,10 @@ struct FastScratch {
   // at or above it while it computes z, instead of a pass over the row in its last slice. The exact
   // kernel's job has null here when SONIC_CUDA_SPLIT_LIST=0.
   unsigned long long* exact_hints;
+  // [rows] a flagged joint top-p row's margin band (margin_band.cuh; lo = 0: none), written with
+  // its hint. The exact kernel's job has null here when SONIC_CUDA_SPLIT_LIST=0 or
+  // SONIC_CUDA_SPLIT_BAND=0.
+  MarginBand* bands;
   int32_t* flagged;             // [1] rows flagged in this call (the exact kernel resets it)
   unsigned long long* flagged_total;  // [1] rows flagged since the sampler was created
   int32_t* rows_done;           // [1] blocks finished by the exact kernel (its last block commits)
@@ -161,6 +167,7 @@ struct SplitScratch {
   int32_t* done;              // [slots]
   int32_t* nan;               // [slots]
   unsigned long long* list_rows;  // [1] rows decided from a SplitList since the sampler was created
+  unsigned long long* band_rows;  // [1] of the others, rows decided from their MarginBand
   int32_t rows;               // rows split across blocks at most (0: none)
   int32_t slots;              // >= rows
 };

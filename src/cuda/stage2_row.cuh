@@ -12,6 +12,7 @@
 
 #include "common/random.hpp"
 #include "common/token_rules.hpp"
+#include "cuda/margin_band.cuh"
 #include "cuda/row_kind.cuh"
 #include "cuda/row_outputs.cuh"
 #include "cuda/stage1_chunk.cuh"
@@ -26,10 +27,11 @@ namespace sonic::cuda {
 
 // Steps 6-8 on the sorted prefix sh.sorted[0, n) of the row's total order (every other valid token
 // has z <= zl < every prefix z). Returns the size of the kept set (a prefix), or -1 when the kept set
-// or a quantity that decides it lies beyond the prefix.
+// or a quantity that decides it lies beyond the prefix. Where only the top-p margin leaves it open,
+// *band_lo and *band_hi get the sizes at either end of the margin (both in the prefix).
 template <int Threads>
 __device__ __forceinline__ int decide_kept(const SlotParams& p, int32_t V, float zm, float zl, int n, int valid,
-                                           const Stage2Shared<Threads>& sh) {
+                                           const Stage2Shared<Threads>& sh, int32_t* band_lo, int32_t* band_hi) {
   if (n == 0) return -1;
   const bool complete = n == valid;  // the prefix is the whole row
   const bool top_k_on = detail::top_k_cuts(p.top_k, V);
@@ -98,12 +100,56 @@ __device__ __forceinline__ int decide_kept(const SlotParams& p, int32_t V, float
     if (complete) return kept_at(static_cast<double>(p.top_p) * sh.cum[n - 1]);
     const double target = static_cast<double>(p.top_p) * total;
     const double margin = detail::top_p_sum_margin(zm);
-    const int lo = kept_at(target * (1.0 - margin));
-    return lo == kept_at(target * (1.0 + margin)) ? lo : -1;
+    const int lo = kept_at(target * (1.0 - margin)), hi = kept_at(target * (1.0 + margin));
+    if (lo == hi) return lo;
+    if (lo > 0 && hi > lo) {
+      *band_lo = lo;
+      *band_hi = hi;
+    }
+    return -1;
   }
   const double target = static_cast<double>(p.top_p) * total;
   const int x = crossing(target, keep);
   return x == keep ? keep : x + 1;
+}
+
+// A flagged row's margin band (margin_band.cuh) from its sorted prefix: for each kept size c in
+// [sh.band_lo, sh.band_hi], the fixed mass of the first c keys against zm (the exact path's
+// integers) and the token the draw takes from them, with the same noise as the draw below. The
+// whole block calls it, after decide_kept's barrier.
+template <int Threads>
+__device__ __forceinline__ void write_band(MarginBand* band, const SlotParams& p, uint64_t step, uint32_t purpose,
+                                           float zm, Stage2Shared<Threads>& sh) {
+  const int tid = threadIdx.x;
+  const int lo = sh.band_lo, hi = sh.band_hi;
+  const double md = zm;
+  auto pair_at = [&](int i) {
+    const int32_t t = detail::key_token(sh.sorted[i]);
+    const double g = kEarlyNoise<Threads> ? sh.early.noise[i] : gumbel_exact(p.seed, step, purpose, t);
+    return ArgMaxD{static_cast<double>(detail::key_value(sh.sorted[i])) + g, t};
+  };
+  unsigned long long below = 0;
+  ArgMaxD best{0.0, -1};
+  for (int i = tid; i < lo - 1; i += Threads) {
+    below += fixed_mass(detail::key_value(sh.sorted[i]), md);
+    best = better(best, pair_at(i));
+  }
+  below = warp_sum(below);
+  if ((tid & 31) == 0 && below) atomicAdd(&sh.band_below, below);
+  best = block_best<Threads>(best, sh.temp.best);  // its barrier orders the adds before the read
+  if (tid == 0) {
+    unsigned long long mass = sh.band_below;
+    band->lo = lo;
+    band->hi = hi;
+    band->below = mass;
+    for (int j = 0; j <= hi - lo; ++j) {
+      const int i = lo - 1 + j;
+      mass += fixed_mass(detail::key_value(sh.sorted[i]), md);
+      best = better(best, pair_at(i));
+      band->mass[j] = mass;
+      band->token[j] = best.token;
+    }
+  }
 }
 
 // The verdict of a settled verification row (defined below).
@@ -172,6 +218,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
   double kept_sum = 1.0;
   int32_t token = -1;
   unsigned long long exact_hint = 0;  // FastScratch::exact_hints
+  bool banded = false;                // FastScratch::bands[r] written
   if (!exact && pro.greedy) {
     token = detail::key_token(max_key);
     kept = 1;
@@ -227,7 +274,9 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
         // A prefix that is the whole row has the reference's mass exactly (stage 1's is of x: see
         // decide_kept); the logprobs divide by it.
         if (n > 0 && n == sh.valid) sh.sum_all = sh.cum[n - 1];
-        sh.kept = decide_kept(p, V, zm, zl, n, sh.valid, sh);
+        sh.band_lo = sh.band_hi = 0;
+        sh.band_below = 0;
+        sh.kept = decide_kept(p, V, zm, zl, n, sh.valid, sh, &sh.band_lo, &sh.band_hi);
       }
       timeline_stamp(kValueDecided);
       __syncthreads();
@@ -240,6 +289,13 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
         // its list holds them all.
         static_assert(kGatherCap <= kSplitListKeys, "the exact path's list holds a hinted row's k keys");
         if (top_k_on && p.top_k <= n) exact_hint = sh.sorted[p.top_k - 1];
+        // Only the margin left a joint top-p row with top-k open: the exact path's split then needs
+        // only the exact total (split_band_token). Rows with min-p cut otherwise and are not banded.
+        banded = exact_hint && sh.band_lo > 0 && sh.band_hi - sh.band_lo < kBandKeys && job.fast.bands &&
+                 !verifying && (p.flags & kSlotTopPJoint) && !(p.min_p > 0.0f);
+        if (banded)
+          write_band<Threads>(job.fast.bands + r, p, tab.step[slot], detail::purpose(detail::Draw::kSampling, pro.position),
+                              zm, sh);
       } else {
         kept_sum = sh.cum[kept - 1];
       }
@@ -262,6 +318,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     if (tid == 0) {
       job.fast.exact_flags[r] = 1;
       job.fast.exact_hints[r] = exact_hint;
+      if (job.fast.bands && !banded) job.fast.bands[r].lo = 0;
       atomicAdd(job.fast.flagged, 1);
       atomicAdd(job.fast.flagged_total, 1ull);
     }

@@ -60,6 +60,8 @@ struct Stage2Shared {
   int32_t at;      // index of the row's token in `sorted`
   int32_t rank;
   int32_t kept;
+  int32_t band_lo, band_hi;        // decide_kept's band when only the margin left the row open (lo = 0: none)
+  unsigned long long band_below;   // the band's fixed mass below it (stage2_row's write_band)
   int32_t draft_at;  // verification: index of the row's draft token in `sorted` (-1: not kept)
   double kept_sum;
   union {  // gather_prefix's histogram of the candidates below the row's maximum

@@ -23,6 +23,7 @@ class SamplerBackend {
   virtual uint64_t step(int32_t slot) const = 0;
   virtual uint64_t exact_path_rows() const { return 0; }
   virtual uint64_t exact_path_list_rows() const { return 0; }
+  virtual uint64_t exact_path_band_rows() const { return 0; }
   virtual void sample(const LogitsView& logits, const int32_t* slots, const BitmaskView& bitmask,
                       const SampleOutputs& out, const CallOptions& options) = 0;
   virtual void verify(const LogitsView& logits, const VerifyInputs& in, const BitmaskView& bitmask,

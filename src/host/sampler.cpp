@@ -98,6 +98,7 @@ void Sampler::append_output(int32_t slot, const int32_t* tokens, int64_t count, 
 
 uint64_t Sampler::exact_path_rows() const { return impl_->exact_path_rows(); }
 uint64_t Sampler::exact_path_list_rows() const { return impl_->exact_path_list_rows(); }
+uint64_t Sampler::exact_path_band_rows() const { return impl_->exact_path_band_rows(); }
 
 uint64_t Sampler::step(int32_t slot) const {
   detail::validate_slot(slot, impl_->config(), "slot");

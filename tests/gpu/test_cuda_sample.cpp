@@ -307,6 +307,7 @@ struct AgreementCount {
   int near_ties = 0;
   uint64_t exact_rows = 0;  // rows the GPU sent to the exact kernel
   uint64_t list_rows = 0;   // of those, top-k rows decided from the split's list (exact_path_list_rows)
+  uint64_t band_rows = 0;   // and from stage 2's margin band (exact_path_band_rows)
 };
 
 // Rows mapped to scattered slots of a table of R + 8, by a multiplier prime to the table's size so
@@ -357,7 +358,7 @@ AgreementCount agreement_on(const Batch& b, int steps, int64_t row_pad = 0, std:
     compared += R;
     for (int32_t r = 0; r < R; ++r) EXPECT_EQ(cpu.step(slots[r]), gpu.step(slots[r]));
   }
-  return {compared, near_ties, gpu.exact_path_rows(), gpu.exact_path_list_rows()};
+  return {compared, near_ties, gpu.exact_path_rows(), gpu.exact_path_list_rows(), gpu.exact_path_band_rows()};
 }
 
 // One random batch of R rows (every row kind, random parameters, a bitmask) through agreement_on.
@@ -906,7 +907,10 @@ TEST(CudaExactPath, CrowdedTopTokensSmallVocabulary) { crowded_top_agrees(3001);
 // gather: exact_row from the last slice), and a row of 2000 allowed tokens under top-k 4000 (fewer
 // valid keys than k: every valid key gathered). Agreement token for token (near-ties only), over 9 calls,
 // the last three tokens-only; the rows must have taken the exact path.
-void top_k_exact_agrees(int32_t V, std::initializer_list<std::pair<int32_t, int>> batches) {
+// band: whether the exact path may decide rows from stage 2's margin band (SONIC_CUDA_SPLIT_BAND);
+// without it, the leaders' rows are decided from the split's list.
+void top_k_exact_agrees(int32_t V, std::initializer_list<std::pair<int32_t, int>> batches, bool band = true) {
+  const ScopedEnv env("SONIC_CUDA_SPLIT_BAND", band ? "1" : "0");  // read when the samplers are made
   for (const auto& [rows, steps] : batches)
     for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16}) {
       std::mt19937_64 rng(5151 + V + rows + static_cast<int>(dtype));
@@ -1005,16 +1009,23 @@ void top_k_exact_agrees(int32_t V, std::initializer_list<std::pair<int32_t, int>
       const AgreementCount n = agreement_on(b, steps, 0, &flagged);
       std::printf(
           "top-k exact V=%d, %d rows, dtype=%d: %d rows compared, %d near-tie disagreements, exact rows %llu, "
-          "from the list %llu\n",
+          "from the list %llu, from the band %llu\n",
           V, rows, static_cast<int>(dtype), n.compared, n.near_ties, static_cast<unsigned long long>(n.exact_rows),
-          static_cast<unsigned long long>(n.list_rows));
+          static_cast<unsigned long long>(n.list_rows), static_cast<unsigned long long>(n.band_rows));
       EXPECT_LE(n.near_ties, n.compared / 20);  // each one checked to be a near-tie by compare()
       if (!small) {
         EXPECT_GE(n.exact_rows, static_cast<uint64_t>(n.compared / 4));  // the exact kernel did run
       }
-      // The leaders' rows: stage 2 sorts their top k and leaves them undecided, so it hints, and the
-      // tokens-only calls split them and decide them from the list.
-      EXPECT_GT(n.list_rows, 0u) << "no row was decided from the split's list";
+      // The leaders' rows: stage 2 sorts their top k and leaves them undecided only by its margin
+      // (keep one leader or both), so it hints and bands them, and the tokens-only calls split them
+      // and decide them from the band (from the list without it). The joint rows at large |z| take
+      // either, by their band's width.
+      if (band) {
+        EXPECT_GT(n.band_rows, 0u) << "no row was decided from stage 2's band";
+      } else {
+        EXPECT_GT(n.list_rows, 0u) << "no row was decided from the split's list";
+        EXPECT_EQ(n.band_rows, 0u) << "SONIC_CUDA_SPLIT_BAND=0 must leave the bands unread";
+      }
       // Only the tokens-only calls (the last third) split: each must have flagged rows.
       for (int step = steps - steps / 3; step < steps; ++step)
         EXPECT_GT(flagged[step], 0u) << "tokens-only call " << step << " flagged no row";
@@ -1026,6 +1037,81 @@ void top_k_exact_agrees(int32_t V, std::initializer_list<std::pair<int32_t, int>
 TEST(CudaExactPath, TopKRowsMatchReference) { top_k_exact_agrees(32000, {{12, 9}, {48, 9}, {160, 3}}); }
 // The same at a vocabulary small enough for compute-sanitizer.
 TEST(CudaExactPath, TopKRowsSmallVocabulary) { top_k_exact_agrees(1000, {{3, 9}, {12, 9}}); }
+// The same rows decided from the split's list alone (the route of rows whose band is wider).
+TEST(CudaExactPath, TopKRowsFromTheList) { top_k_exact_agrees(1000, {{3, 9}, {12, 9}}, /*band=*/false); }
+
+// Stage 2's margin band against the split's list: the exact path decides a banded row from the band
+// and the slices' exact total, or with SONIC_CUDA_SPLIT_BAND=0 from the list, ranked and drawn over.
+// Both take the same fixed-point masses and the same noise, so every token must be the same (no
+// near-tie allowance, unlike the agreement with the reference, which excuses a wrong kept size
+// within 1e-5 of the boundary: most bands lie there). Rows of two leaders whose top-p lies 4e-6
+// from the first one's share (one leader kept, or both: a band of sizes 1 and 2), and in fp32 rows
+// at T = 0.01, whose margin (about 1e-3 at |z| = 10^4) spans a few keys of the top k.
+void band_matches_list(int32_t V, int32_t rows, int steps) {
+  const bool small = V < 4096;
+  for (const sonic::DType dtype : {sonic::DType::kF32, sonic::DType::kBF16}) {
+    SCOPED_TRACE("dtype " + std::to_string(static_cast<int>(dtype)));
+    std::mt19937_64 rng(7717 + V + rows + static_cast<int>(dtype));
+    Batch b = random_batch(rng, V, rows, dtype, kTopN, /*with_bitmask=*/false);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (int32_t r = 0; r < rows; ++r) {
+      float* row = b.logits.data() + static_cast<size_t>(r) * b.cols;
+      sonic::RequestParams p;
+      p.seed = rng();
+      p.initial_step = rng() % 1000;
+      p.top_p_joint = true;
+      p.top_k = small ? 5 + static_cast<int32_t>(rng() % 20) : 50 + static_cast<int32_t>(rng() % 150);
+      if (dtype == sonic::DType::kF32 && r % 2 == 1) {  // wide: bf16 cannot hold x = 100 + 0.03 N(0, 1)
+        for (int32_t t = 0; t < V; ++t) row[t] = 100.0f + 0.03f * normal(rng);
+        p.temperature = 0.01f;
+        p.top_p = 0.2f + 0.5f * u(rng);
+      } else {
+        for (int32_t t = 0; t < V; ++t) row[t] = normal(rng);
+        const int32_t first = static_cast<int32_t>(rng() % V);
+        row[first] = 40.25f;
+        row[(first + 1 + static_cast<int32_t>(rng() % (V - 1))) % V] = 40.0f;
+        p.temperature = 1.0f;
+        const double lead = 1.0 / (1.0 + std::exp(-0.25));
+        p.top_p = static_cast<float>(lead * (u(rng) < 0.5f ? 1.0 - 4e-6 : 1.0 + 4e-6));
+      }
+      for (int32_t t = 0; t < V; ++t) row[t] = round_to_dtype(row[t], dtype);
+      b.params[r] = p;
+      b.prompts[r].clear();
+    }
+    sonic::Sampler with_band(make_config(sonic::Backend::kCuda, V, rows));
+    const ScopedEnv env("SONIC_CUDA_SPLIT_BAND", "0");  // read when the sampler is made
+    sonic::Sampler from_list(make_config(sonic::Backend::kCuda, V, rows));
+    const std::vector<int32_t> slots = scattered_slots(rows);
+    for (int32_t r = 0; r < rows; ++r) {
+      with_band.admit(slots[r], b.params[r], nullptr, 0);
+      from_list.admit(slots[r], b.params[r], nullptr, 0);
+    }
+    int differ = 0;
+    for (int step = 0; step < steps; ++step) {
+      const HostOutputs hb = run(with_band, b, slots, sonic::LogprobMode::kRaw, {}, Outputs::kTokensOnly);
+      const HostOutputs hl = run(from_list, b, slots, sonic::LogprobMode::kRaw, {}, Outputs::kTokensOnly);
+      for (int32_t r = 0; r < rows; ++r) {
+        EXPECT_EQ(hb.tokens[r], hl.tokens[r]) << "step " << step << " row " << r;
+        EXPECT_GE(hb.tokens[r], 0) << "step " << step << " row " << r;
+        differ += hb.tokens[r] != hl.tokens[r];
+      }
+    }
+    std::printf("band against list V=%d, %d rows, dtype=%d: %d of %d tokens differ; exact rows %llu, from the band %llu "
+                "(list route: exact rows %llu, from the list %llu)\n",
+                V, rows, static_cast<int>(dtype), differ, rows * steps,
+                static_cast<unsigned long long>(with_band.exact_path_rows()),
+                static_cast<unsigned long long>(with_band.exact_path_band_rows()),
+                static_cast<unsigned long long>(from_list.exact_path_rows()),
+                static_cast<unsigned long long>(from_list.exact_path_list_rows()));
+    EXPECT_GT(with_band.exact_path_band_rows(), 0u) << "no row was decided from stage 2's band";
+    EXPECT_GT(from_list.exact_path_list_rows(), 0u) << "no row was decided from the split's list";
+    EXPECT_EQ(from_list.exact_path_band_rows(), 0u) << "SONIC_CUDA_SPLIT_BAND=0 must leave the bands unread";
+  }
+}
+
+TEST(CudaExactPath, BandMatchesList) { band_matches_list(32000, 24, 8); }
+TEST(CudaExactPath, BandMatchesListSmallVocabulary) { band_matches_list(1000, 12, 8); }
 
 // Grammar-like masks: a bitmask (or, in every third row, an allowed list) that allows only a few runs
 // of neighbouring ids, 1 to 40 long, and a few scattered ids. Most of stage 1's groups then hold no
@@ -1527,7 +1613,8 @@ TEST(CudaLaunchSwitches, MalformedValuesAreErrors) {
                       Bad{"SONIC_CUDA_CARVEOUT", "101,0,0"}, Bad{"SONIC_CUDA_TAILS", "75x"},
                       Bad{"SONIC_CUDA_TAILS", "75:-1"}, Bad{"SONIC_CUDA_TILES_PER_CHUNK", "-3"},
                       Bad{"SONIC_CUDA_SEPARATE_STAGE2_ROWS", "many"}, Bad{"SONIC_CUDA_SHORT_STEP_ROWS", "32 "},
-                      Bad{"SONIC_CUDA_PROGRAMMATIC", "2"}, Bad{"SONIC_CUDA_SPLIT_LIST", "on"}}) {
+                      Bad{"SONIC_CUDA_PROGRAMMATIC", "2"}, Bad{"SONIC_CUDA_SPLIT_LIST", "on"},
+                      Bad{"SONIC_CUDA_SPLIT_BAND", "-1"}}) {
     SCOPED_TRACE(std::string(b.name) + "=" + b.value);
     const ScopedEnv env(b.name, b.value);
     try {
