@@ -24,7 +24,8 @@
 //                               canonical terms' sum, or today's terms at the row's scale) in any
 //                               of five chunk plans: random and sea rows, each ex2 model (perf-notes
 //                               v3.40: at V = 32768 and 131072, 2.6-3.6 units on random rows,
-//                               10.9-11.0 on sea rows, 9.4-9.7 on rising rows, with either S*).
+//                               10.9-11.0 on sea rows, 9.4-9.7 on rising rows, with either S*;
+//                               v3.41: 8.2 / 9.1 units on terraced rows at V = 32768 / 131072).
 //   sonic_sum_error_model [V] sea|rising order-free   the sea or rising rows with the order-free
 //                               terms (the sea row at V = 16384: 11.1 units at worst, as the
 //                               kernels' terms).
@@ -447,9 +448,26 @@ inline double canonical_sum(const std::vector<float>& x, float T, bool order_fre
   return s * std::exp2(static_cast<double>(k) - static_cast<double>(m) * static_cast<double>(c));
 }
 
+// Terraced rows: token 0 at 0, the others on `levels` terraces at -d, -d - step, ... (token t on
+// terrace hash(t) % levels), except that every third tile holds only the deepest terrace, so that
+// its chunks' maxima, and with them their lanes' scales, lie below the others'. Terms of several
+// exponents in one lane's sum and chunks at several scales at once: docs/design-order-free-sums.md's
+// "rows with terms at several depths".
+inline std::vector<float> terraced_row(int V, const Layout& L, double d, double step, int levels) {
+  const int tile = L.tile_tokens();
+  std::vector<float> x(V);
+  for (int t = 0; t < V; ++t) {
+    const uint32_t h = static_cast<uint32_t>(t) * 2654435761u;
+    const int level = (t / tile) % 3 == 2 ? levels - 1 : static_cast<int>((h >> 8) % static_cast<uint32_t>(levels));
+    x[t] = static_cast<float>(-d - step * level);
+  }
+  x[0] = 0.0f;
+  return x;
+}
+
 // How far stage 1's sum_all lies from S* in any chunk plan, for each S*: what the design's margin
-// must cover. Rows: chunking's random rows, the sea rows (T 1, d 11-19) and the rising rows (T 1),
-// ex2 in each mode.
+// must cover. Rows: chunking's random rows, the sea rows (T 1, d 11-19), the rising rows (T 1) and
+// the terraced rows (T 1, d 11-19, three steps, three or five terraces), ex2 in each mode.
 int sweep_canonical(int V, const Layout& L) {
   const int tiles = L.tiles(V);
   g_compensated = true;
@@ -475,9 +493,14 @@ int sweep_canonical(int V, const Layout& L) {
         measure(rising_row(V, L, RisingFamily::kLane, delta), 1.0f, &worst_rising);
         for (const double d : {4.0, 8.0, 12.0}) measure(rising_row(V, L, RisingFamily::kBulk, delta, d), 1.0f, &worst_rising);
       }
+      double worst_terraced = 0.0;
+      for (double d = 11.0; d < 19.0; d += 0.25)
+        for (const double step : {0.37, 1.1, 2.9})
+          for (const int levels : {3, 5}) measure(terraced_row(V, L, d, step, levels), 1.0f, &worst_terraced);
       std::printf("ex2 %+d, S* of %s terms: stage 1's sum_all within %.2f units of 2^-24 of it (random rows), "
-                  "%.2f (sea rows), %.2f (rising rows)\n", mode, order_free ? "order-free" : "today's (at the row's scale)",
-                  worst_random, worst_sea, worst_rising);
+                  "%.2f (sea rows), %.2f (rising rows), %.2f (terraced rows)\n", mode,
+                  order_free ? "order-free" : "today's (at the row's scale)", worst_random, worst_sea, worst_rising,
+                  worst_terraced);
     }
   }
   return 0;
