@@ -113,9 +113,19 @@ __device__ __forceinline__ int decide_kept(const SlotParams& p, int32_t V, float
   return x == keep ? keep : x + 1;
 }
 
+// The draw's score of the sorted prefix's i-th key, z + its Gumbel noise in double (drawn early by
+// wide blocks, else now), exactly as the reference draws it, with its token.
+template <int Threads>
+__device__ __forceinline__ ArgMaxD prefix_draw(const Stage2Shared<Threads>& sh, uint64_t seed, uint64_t step,
+                                               uint32_t purpose, int i) {
+  const int32_t t = detail::key_token(sh.sorted[i]);
+  const double g = kEarlyNoise<Threads> ? sh.early.noise[i] : gumbel_exact(seed, step, purpose, t);
+  return ArgMaxD{static_cast<double>(detail::key_value(sh.sorted[i])) + g, t};
+}
+
 // A flagged row's margin band (margin_band.cuh) from its sorted prefix: for each kept size c in
 // [sh.band_lo, sh.band_hi], the fixed mass of the first c keys against zm (the exact path's
-// integers) and the token the draw takes from them, with the same noise as the draw below. The
+// integers) and the token the draw below takes from them (prefix_draw, so the two agree). The
 // whole block calls it, after decide_kept's barrier.
 template <int Threads>
 __device__ __forceinline__ void write_band(MarginBand* band, const SlotParams& p, uint64_t step, uint32_t purpose,
@@ -123,16 +133,11 @@ __device__ __forceinline__ void write_band(MarginBand* band, const SlotParams& p
   const int tid = threadIdx.x;
   const int lo = sh.band_lo, hi = sh.band_hi;
   const double md = zm;
-  auto pair_at = [&](int i) {
-    const int32_t t = detail::key_token(sh.sorted[i]);
-    const double g = kEarlyNoise<Threads> ? sh.early.noise[i] : gumbel_exact(p.seed, step, purpose, t);
-    return ArgMaxD{static_cast<double>(detail::key_value(sh.sorted[i])) + g, t};
-  };
   unsigned long long below = 0;
   ArgMaxD best{0.0, -1};
   for (int i = tid; i < lo - 1; i += Threads) {
     below += fixed_mass(detail::key_value(sh.sorted[i]), md);
-    best = better(best, pair_at(i));
+    best = better(best, prefix_draw(sh, p.seed, step, purpose, i));
   }
   below = warp_sum(below);
   if ((tid & 31) == 0 && below) atomicAdd(&sh.band_below, below);
@@ -145,7 +150,7 @@ __device__ __forceinline__ void write_band(MarginBand* band, const SlotParams& p
     for (int j = 0; j <= hi - lo; ++j) {
       const int i = lo - 1 + j;
       mass += fixed_mass(detail::key_value(sh.sorted[i]), md);
-      best = better(best, pair_at(i));
+      best = better(best, prefix_draw(sh, p.seed, step, purpose, i));
       band->mass[j] = mass;
       band->token[j] = best.token;
     }
@@ -304,11 +309,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
         const uint32_t purpose = detail::purpose(detail::Draw::kSampling, pro.position);
         const uint64_t step = tab.step[slot];
         ArgMaxD local{0.0, -1};
-        for (int i = tid; i < kept; i += Threads) {
-          const int32_t t = detail::key_token(sh.sorted[i]);
-          const double g = kEarlyNoise<Threads> ? sh.early.noise[i] : gumbel_exact(p.seed, step, purpose, t);
-          local = better(local, ArgMaxD{static_cast<double>(detail::key_value(sh.sorted[i])) + g, t});
-        }
+        for (int i = tid; i < kept; i += Threads) local = better(local, prefix_draw(sh, p.seed, step, purpose, i));
         token = block_best<Threads>(local, sh.temp.best).token;
         timeline_mark(kMarkSampled);
       }
