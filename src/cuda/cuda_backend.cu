@@ -480,6 +480,10 @@ class CurrentDevice {
 };
 }  // namespace
 
+// detail::top_p_sum_margin's budget holds for vocabularies up to 2^18 (the mass-weighted depth of
+// the sums' terms grows with V): tests/cpu/test_token_rules.cpp's TopPSumMargin checks it there.
+static_assert(cuda::kMaxVocab <= 262144, "top_p_sum_margin's budget is checked up to V = 2^18");
+
 std::unique_ptr<SamplerBackend> make_cuda_backend(const SamplerConfig& config) {
   require_cuda_device(config.device, "config.device");
   if (config.vocab_size > cuda::kMaxVocab)

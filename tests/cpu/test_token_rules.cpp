@@ -320,4 +320,42 @@ TEST(TokenRules, PackKeyRoundTrip) {
   EXPECT_TRUE(std::isnan(order_bits_to_float(kLeastFiniteOrderBits - 2u)));
 }
 
+// ---------------------------------------------------------------------------------------------
+// The top-p sum margin's budget
+// ---------------------------------------------------------------------------------------------
+
+// The mass-weighted mean of |e| (e = z - zm) over a row of V tokens with its maximum at e = 0 is
+// largest when the other V - 1 sit at one depth E (docs/design-exact-top-p.md); its largest value
+// over E, found here on a fine grid.
+double worst_mean_depth(double V) {
+  double worst = 0.0;
+  for (double E = 0.0; E <= 40.0; E += 1e-3) {
+    const double w = (V - 1.0) * std::exp(-E);
+    worst = std::max(worst, w * E / (1.0 + w));
+  }
+  return worst;
+}
+
+// top_p_sum_margin's budget in units of 2^-24, a term: the z roundings 2 |zm| + |e|, stage 1's
+// exponent 4 |e| + 0.7, ex2.approx's 4, with the mass-weighted |e| at most 10; and 20 for the fp32
+// summation. The margin must cover it at every |zm| the fast path settles, for every vocabulary
+// the CUDA backend takes (kMaxVocab = 2^18: cuda_backend.cu asserts it).
+TEST(TopPSumMargin, CoversItsBudget) {
+  constexpr double kVocabLimit = 262144.0;
+  const double depth = worst_mean_depth(kVocabLimit);
+  EXPECT_NEAR(depth, 9.25, 0.05);  // the design doc's E* - 1 at 2^18
+  EXPECT_LT(worst_mean_depth(151936.0), 8.9);
+  ASSERT_LE(depth, 10.0) << "the budget counts a mass-weighted |e| of at most 10";
+  const double u = 0x1p-24;
+  for (const float zm : {0.0f, 0.5f, 1.0f, 18.0f, 100.0f, 1024.0f, 65536.0f, 2.9e6f, -18.0f, -1024.0f}) {
+    const double budget = (2.0 * std::fabs(zm) + 5.0 * 10.0 + 4.7 + 20.0) * u;
+    // A product of n roundings (1 + d), |d| <= u, lies within expm1(n u) of 1: the margin without
+    // its 1e-6 on top must reach that, not only the first-order n u.
+    EXPECT_GE(top_p_sum_margin(zm) - 1e-6, std::expm1(budget)) << "zm = " << zm;
+    // and it is no wider than the budget and its stated slack (1e-6 and 1.3 units), which the
+    // rows it flags pay for.
+    EXPECT_LE(top_p_sum_margin(zm), 1e-6 + std::expm1(budget + 1.5 * u)) << "zm = " << zm;
+  }
+}
+
 }  // namespace
