@@ -888,6 +888,28 @@ void crowded_top_agrees(int32_t V) {
 TEST(CudaExactPath, CrowdedTopTokensMatchReference) { crowded_top_agrees(151936); }
 TEST(CudaExactPath, CrowdedTopTokensSmallVocabulary) { crowded_top_agrees(3001); }
 
+// Rows of two leaders far above the rest (the exact path's top-k tests): N(0, 1) logits, one token
+// at 40.25 and another at 40.0, at T = 1.
+void place_two_leaders(float* row, int32_t V, std::mt19937_64& rng, std::normal_distribution<float>& normal) {
+  for (int32_t t = 0; t < V; ++t) row[t] = normal(rng);
+  const int32_t first = static_cast<int32_t>(rng() % V);
+  row[first] = 40.25f;
+  row[(first + 1 + static_cast<int32_t>(rng() % (V - 1))) % V] = 40.0f;
+}
+// Their top-k. Stage 2 sorts about k + 16 keys from the tiles' candidates: at V = 1000, one tile
+// of at most three a lane, about 40 lie above its bound.
+int32_t leaders_top_k(std::mt19937_64& rng, bool small) {
+  return small ? 5 + static_cast<int32_t>(rng() % 20) : 50 + static_cast<int32_t>(rng() % 150);
+}
+// Their joint top-p: the first leader's share of the mass, 1 / (1 + e^-0.25) (the rest's is e^-40
+// of it), 4e-6 above or below it by the coin in [0, 1): inside stage 2's margin (1.0e-5 at |z| =
+// 40), far outside the double and fixed-point sums' differences (about 1e-13). Kept: one leader,
+// or both.
+float leaders_top_p(float coin) {
+  const double lead = 1.0 / (1.0 + std::exp(-0.25));
+  return static_cast<float>(lead * (coin < 0.5f ? 1.0 - 4e-6 : 1.0 + 4e-6));
+}
+
 // Top-k rows on the exact path (exact_sample.cu: split_row covers top-k up to kSplitGatherKeys and
 // selects among the keys of the k-th key's bucket and above, tokens-only calls; exact_row takes them
 // otherwise). The rows are made to be flagged, four families by r % 4, random penalties, lists, bias,
@@ -938,19 +960,10 @@ void top_k_exact_agrees(int32_t V, std::initializer_list<std::pair<int32_t, int>
           else if (rule < 0.7f) p.min_p = 0.01f + 0.3f * u(rng);
           b.kinds[r] = RowKind::kPlateau;
         } else if (family == 2 && (small || r % 8 == 6)) {  // two leaders far above the rest
-          for (int32_t t = 0; t < V; ++t) row[t] = normal(rng);
-          const int32_t first = static_cast<int32_t>(rng() % V);
-          row[first] = 40.25f;
-          row[(first + 1 + static_cast<int32_t>(rng() % (V - 1))) % V] = 40.0f;
+          place_two_leaders(row, V, rng, normal);
           p.temperature = 1.0f;
-          // Stage 2 sorts about k + 16 keys from the tiles' candidates: at V = 1000, one tile of at
-          // most three a lane, about 40 lie above its bound.
-          p.top_k = small ? 5 + static_cast<int32_t>(rng() % 20) : 50 + static_cast<int32_t>(rng() % 150);
-          // The first leader's share of the mass, 1 / (1 + e^-0.25) (the rest's is e^-40 of it),
-          // 4e-6 above or below top-p: inside stage 2's margin (1.0e-5 at |z| = 40), far outside the
-          // double and fixed-point sums' differences (about 1e-13). Kept: one leader, or both.
-          const double lead = 1.0 / (1.0 + std::exp(-0.25));
-          p.top_p = static_cast<float>(lead * (u(rng) < 0.5f ? 1.0 - 4e-6 : 1.0 + 4e-6));
+          p.top_k = leaders_top_k(rng, small);
+          p.top_p = leaders_top_p(u(rng));
           p.top_p_joint = true;
           p.min_p = 0.0f;
           p.repetition_penalty = 1.0f;  // nothing moves a leader
@@ -1061,19 +1074,15 @@ void band_matches_list(int32_t V, int32_t rows, int steps) {
       p.seed = rng();
       p.initial_step = rng() % 1000;
       p.top_p_joint = true;
-      p.top_k = small ? 5 + static_cast<int32_t>(rng() % 20) : 50 + static_cast<int32_t>(rng() % 150);
+      p.top_k = leaders_top_k(rng, small);
       if (dtype == sonic::DType::kF32 && r % 2 == 1) {  // wide: bf16 cannot hold x = 100 + 0.03 N(0, 1)
         for (int32_t t = 0; t < V; ++t) row[t] = 100.0f + 0.03f * normal(rng);
         p.temperature = 0.01f;
         p.top_p = 0.2f + 0.5f * u(rng);
       } else {
-        for (int32_t t = 0; t < V; ++t) row[t] = normal(rng);
-        const int32_t first = static_cast<int32_t>(rng() % V);
-        row[first] = 40.25f;
-        row[(first + 1 + static_cast<int32_t>(rng() % (V - 1))) % V] = 40.0f;
+        place_two_leaders(row, V, rng, normal);
         p.temperature = 1.0f;
-        const double lead = 1.0 / (1.0 + std::exp(-0.25));
-        p.top_p = static_cast<float>(lead * (u(rng) < 0.5f ? 1.0 - 4e-6 : 1.0 + 4e-6));
+        p.top_p = leaders_top_p(u(rng));
       }
       for (int32_t t = 0; t < V; ++t) row[t] = round_to_dtype(row[t], dtype);
       b.params[r] = p;
