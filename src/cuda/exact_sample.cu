@@ -16,6 +16,7 @@
 #include "cuda/commit_rows.cuh"
 #include "cuda/cuda_check.hpp"
 #include "cuda/dependent_launch.cuh"
+#include "cuda/fixed_mass.cuh"
 #include "cuda/margin_band.cuh"
 #include "cuda/prologue.cuh"
 #include "cuda/row_job.cuh"
@@ -368,7 +369,7 @@ __device__ __forceinline__ void exact_row(const RowJob& job, int32_t r, Shared& 
     if (p.top_p < 1.0f) {
       const bool joint = p.flags & kSlotTopPJoint;
       auto target_of = [&](unsigned long long w) {
-        return static_cast<unsigned long long>(ceil(static_cast<double>(p.top_p) * static_cast<double>(w)));
+        return top_p_target(p.top_p, static_cast<double>(w));
       };
       if (joint || cut == every_valid) {
         // The mass to reach is a share of every valid token's: the selection's first pass sums it.
@@ -603,9 +604,7 @@ __device__ __forceinline__ int32_t split_band_token(const RowJob& job, int32_t r
   const SplitList list = scratch.list();
   const uint32_t listed = __ldcg(list.count);
   const unsigned long long row_total = __ldcg(scratch.total);
-  // rank_decide_top_k's target, in the same double arithmetic.
-  const unsigned long long target = static_cast<unsigned long long>(
-      ceil(static_cast<double>(p.top_p) * static_cast<double>(row_total)));
+  const unsigned long long target = top_p_target(p.top_p, static_cast<double>(row_total));
   const int32_t token = listed == static_cast<uint32_t>(p.top_k) ? band_token(job.fast.bands + r, target, p.top_k) : -1;
   if (token < 0) return -1;
   __syncthreads();  // every thread has read the list's count and the total before the reset
@@ -761,8 +760,7 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
     unsigned long long target = 0;
     if (threadIdx.x == 0) sh.split_bucket = -1;
     if (p.top_p < 1.0f) {
-      target = static_cast<unsigned long long>(
-          ceil(static_cast<double>(p.top_p) * static_cast<double>(__ldcg(scratch.total))));
+      target = top_p_target(p.top_p, static_cast<double>(__ldcg(scratch.total)));
       __syncthreads();
       if (target > 0)
         BlockSelect<kBlock>::crossing_bucket<kSplitBuckets>([&](int b) { return __ldcg(&scratch.mass[b]); }, target,
@@ -898,7 +896,7 @@ __device__ __forceinline__ void rank_decide_top_k(int32_t n, unsigned long long 
       if (key[q] && (joint || key[q] >= *cut)) g += own[q];
     g = block_sum_u64(g, sh);
     const double total = static_cast<double>(joint ? row_total : g);
-    const unsigned long long target = static_cast<unsigned long long>(ceil(static_cast<double>(p.top_p) * total));
+    const unsigned long long target = top_p_target(p.top_p, total);
     // Joint, a target above g: the crossing lies below every gathered key, so under the cut.
     if (target > 0 && target <= g) {
       unsigned long long c_p = 0;
@@ -1009,7 +1007,7 @@ __device__ __forceinline__ bool split_top_k_gather(const RowJob& job, int32_t r,
       if (joint || gathered[i] >= *cut) g += fixed_mass(detail::key_value(gathered[i]), static_cast<double>(m));
     g = block_sum_u64(g, sh);
     const double total = static_cast<double>(joint ? row_total : g);
-    const unsigned long long target = static_cast<unsigned long long>(ceil(static_cast<double>(p.top_p) * total));
+    const unsigned long long target = top_p_target(p.top_p, total);
     // Joint, a target above g: the crossing lies below every gathered key, so under the cut.
     if (target <= g) *rest = target;
   }

@@ -11,18 +11,11 @@
 // back to the list when the size lies outside the band (which only a wrong margin would cause).
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
+#include "cuda/fixed_mass.cuh"
+
 namespace sonic::cuda {
-
-constexpr double kMassScale = 1099511627776.0;  // 2^40: fixed-point unit of probability mass
-
-// A score's fixed-point probability mass against the maximum md (s > -inf, md finite). Sums of these
-// integers do not depend on their order: every path that adds them gets the same total.
-__device__ __forceinline__ unsigned long long fixed_mass(float s, double md) {
-  return static_cast<unsigned long long>(llrint(exp(static_cast<double>(s) - md) * kMassScale));
-}
 
 constexpr int32_t kBandKeys = 8;  // kept sizes a band holds (wider bands take the list)
 
