@@ -46,6 +46,9 @@ struct Phases {
   // row_stage2_kernel's row done last: its first and last warp's arrival at the barrier that ends
   // each phase with warp stamps (timeline_warp_arrive), after the phase's start (0: none).
   double warp_first[kTimelineMarks] = {}, warp_last[kTimelineMarks] = {};
+  // Its merge phase's points (timeline.cuh's TimelineWarpPoint), first and last warp to reach each,
+  // after the phase's start (0: none).
+  double point_first[sonic::cuda::kTimelineWarpPoints] = {}, point_last[sonic::cuda::kTimelineWarpPoints] = {};
   // Its serial steps, after their phase's start: warp 0's bin search done (threshold), thread 0's
   // decision done (decided); 0: not reached.
   double bin_found = 0, decided = 0;
@@ -182,21 +185,25 @@ inline Phases phases_of(const std::vector<unsigned long long>& fast, const std::
     }
     p.bin_found = span(at(wide, wide_last, kMarkListed), at(wide, wide_last, kTimelineMarks + kValueBinFound));
     p.decided = span(at(wide, wide_last, kMarkGathered), at(wide, wide_last, kTimelineMarks + kValueDecided));
-    if (wide_last < kTimelineWarpBlocks)
-      for (const auto& [m, from] : kWarpStamped) {
-        const unsigned long long start = at(wide, wide_last, from);
-        unsigned long long first = ~0ull, last = 0;
-        for (int w = 0; w < kTimelineWarps; ++w) {
-          const unsigned long long t = warps[(static_cast<size_t>(wide_last) * kTimelineMarks + m) * kTimelineWarps + w];
-          if (!t) continue;
-          first = std::min(first, t);
-          last = std::max(last, t);
-        }
-        if (last && start) {
-          p.warp_first[m] = span(start, first);
-          p.warp_last[m] = span(start, last);
-        }
+    // The first and last of the warps' stamps in row `row` (a mark or kTimelineMarks + a point) after `start`.
+    auto warp_spread = [&](int row, unsigned long long start, double* first_us, double* last_us) {
+      unsigned long long first = ~0ull, last = 0;
+      for (int w = 0; w < kTimelineWarps; ++w) {
+        const unsigned long long t = warps[(static_cast<size_t>(wide_last) * kTimelineWarpRows + row) * kTimelineWarps + w];
+        if (!t) continue;
+        first = std::min(first, t);
+        last = std::max(last, t);
       }
+      if (last && start) {
+        *first_us = span(start, first);
+        *last_us = span(start, last);
+      }
+    };
+    if (wide_last < kTimelineWarpBlocks) {
+      for (const auto& [m, from] : kWarpStamped) warp_spread(m, at(wide, wide_last, from), &p.warp_first[m], &p.warp_last[m]);
+      for (int q = 0; q < kTimelineWarpPoints; ++q)
+        warp_spread(kTimelineMarks + q, at(wide, wide_last, kMarkStage2), &p.point_first[q], &p.point_last[q]);
+    }
   }
   p.request = median(request);
   p.screen = median(screen);
@@ -333,6 +340,12 @@ void report(const std::string& label, int calls, int nbuf, Call call) {
                     med([m = m](const Phases& p) { return p.warp_first[m]; }), last);
     }
     std::printf(" the bin found %.2f, the kept set decided %.2f\n", field(&Phases::bin_found), field(&Phases::decided));
+    std::printf("  its merge phase, warp by warp (first / last warp after the phase's start):");
+    for (int q = 0; q < sonic::cuda::kTimelineWarpPoints; ++q)
+      std::printf(" %s %.2f / %.2f%s", sonic::cuda::kTimelineWarpPointNames[q],
+                  med([q](const Phases& p) { return p.point_first[q]; }),
+                  med([q](const Phases& p) { return p.point_last[q]; }), q + 1 < sonic::cuda::kTimelineWarpPoints ? "," : "");
+    std::printf(" (statistics and reduced: warp 0; the others: the listing warps)\n");
   }
   std::printf("  exact kernel: first block starts +%.2f, last leaves +%.2f\n", field(&Phases::exact_start),
               field(&Phases::exact_end));

@@ -38,6 +38,8 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
     if (have[h]) t[h] = load_stat(stats + lane + 32 * h);
     count[h] = have[h] ? t[h].count : 0;
   }
+  // Wide blocks' warps stamp the merge's points (timeline.cuh; nothing outside the timeline build).
+  if constexpr (Threads > kFastThreads) timeline_warp_point(kPointStatsIn, static_cast<unsigned>(count[0] + count[1]));
   unsigned long long max_key = 0, bound = 0;
   int valid = 0, nan = 0;
   float raw_max = -INFINITY;
@@ -86,6 +88,8 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
     }
   sum = warp_sum(sum);
   raw_sum = warp_sum(raw_sum);
+  if constexpr (Threads > kFastThreads)
+    timeline_warp_point(kPointReduced, static_cast<unsigned>(__double2loint(sum + raw_sum)) ^ static_cast<unsigned>(n_all));
   if (lane == 0) {
     sh.max_key = max_key;
     sh.bound = bound;
@@ -168,11 +172,13 @@ __device__ __forceinline__ void list_while_merging(const RowJob& job, int32_t r,
     total += __shfl_sync(0xFFFFFFFFu, len, q);
     end[q] = total;
   }
+  timeline_warp_point(kPointRunsIn, static_cast<unsigned>(total) ^ static_cast<unsigned>(bound));
   const unsigned long long* list = job.fast.cands + static_cast<int64_t>(r) * job.fast.cand_stride;
   for (int base = lane; base - lane < total; base += 32 * kBatch) {
     unsigned long long key[kBatch];
     unsigned listed = 0;
     load_run_batch(list, end, at, total, base, key);
+    if (base == lane) timeline_warp_point(kPointKeysIn, static_cast<unsigned>(key[0]));
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) listed |= (kept_by(key[b], bound) ? 1u : 0u) << b;
     warp_append_batch(sh.gathered, &sh.n_bound, kBoundCap, key, listed);

@@ -65,12 +65,25 @@ constexpr int kTimelineBlocks = 8192;  // blocks recorded (the first ones of the
 // or one that the others wait for.
 constexpr int kTimelineWarpBlocks = 256;
 constexpr int kTimelineWarps = 16;
-constexpr int kTimelineWarpColumns = kTimelineMarks * kTimelineWarps;  // a block's row: [mark][warp]
+// Points inside the merge phase that each warp of such a block stamps once the value it waits for
+// has come (timeline_warp_point), kept after the barrier arrivals: which of the phase's dependent
+// steps a warp spends its time on.
+enum TimelineWarpPoint : int {
+  kPointStatsIn,   // warp 0 holds its chunks' statistics
+  kPointReduced,   // warp 0 has reduced them (before lane 0's stores to shared memory)
+  kPointRunsIn,    // a listing warp holds the row's bound and its runs' counts
+  kPointKeysIn,    // a listing warp holds its first batch of keys
+  kTimelineWarpPoints
+};
+constexpr const char* kTimelineWarpPointNames[kTimelineWarpPoints] = {"statistics in", "reduced", "runs known",
+                                                                       "first keys in"};
+constexpr int kTimelineWarpRows = kTimelineMarks + kTimelineWarpPoints;  // a warp's stamps: marks, then points
+constexpr int kTimelineWarpColumns = kTimelineWarpRows * kTimelineWarps;  // a block's row: [mark or point][warp]
 
 #if SONIC_TIMELINE
 // One table a translation unit (no relocatable device code): each kernel's file reads its own.
 static __device__ unsigned long long timeline_ns[kTimelineBlocks][kTimelineColumns];
-static __device__ unsigned long long timeline_warp_ns[kTimelineWarpBlocks][kTimelineMarks][kTimelineWarps];
+static __device__ unsigned long long timeline_warp_ns[kTimelineWarpBlocks][kTimelineWarpRows][kTimelineWarps];
 
 // Copies a table of this translation unit (its first `blocks` rows) into out once the device is
 // idle, then clears it; returns the rows copied. (The symbol reaches the runtime by reference, as
@@ -146,6 +159,24 @@ __device__ __forceinline__ void timeline_warp_arrive(int mark) {
   }
 #else
   (void)mark;
+#endif
+}
+
+// Lane 0's clock at `point`, once `after` (a value computed from the loads the point waits for) has
+// come: lane 0 stores it to shared memory first, and the clock's read stays behind that store.
+__device__ __forceinline__ void timeline_warp_point(int point, unsigned after) {
+#if SONIC_TIMELINE
+  __shared__ volatile unsigned sink[kTimelineWarps];
+  const unsigned warp = threadIdx.x >> 5, block = timeline_block();
+  if ((threadIdx.x & 31) == 0 && warp < kTimelineWarps && block < kTimelineWarpBlocks) {
+    sink[warp] = after;
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) :: "memory");
+    timeline_warp_ns[block][kTimelineMarks + point][warp] = t;
+  }
+#else
+  (void)point;
+  (void)after;
 #endif
 }
 
