@@ -345,7 +345,7 @@ void report(const std::string& label, int calls, int nbuf, Call call) {
       std::printf(" %s %.2f / %.2f%s", sonic::cuda::kTimelineWarpPointNames[q],
                   med([q](const Phases& p) { return p.point_first[q]; }),
                   med([q](const Phases& p) { return p.point_last[q]; }), q + 1 < sonic::cuda::kTimelineWarpPoints ? "," : "");
-    std::printf(" (statistics and reduced: warp 0; the others: the listing warps)\n");
+    std::printf(" (statistics to sums: warp 0; the others: the listing warps)\n");
   }
   std::printf("  exact kernel: first block starts +%.2f, last leaves +%.2f\n", field(&Phases::exact_start),
               field(&Phases::exact_end));

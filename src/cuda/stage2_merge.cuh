@@ -60,12 +60,16 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
   nan = __any_sync(0xFFFFFFFFu, nan);
   raw_max = warp_max(raw_max);
   win = warp_best(win);
+  if constexpr (Threads > kFastThreads)
+    timeline_warp_point(kPointMaxima, static_cast<unsigned>(max_key ^ bound) ^ static_cast<unsigned>(valid + nan + win.token) ^
+                                          __float_as_uint(raw_max));
   const int incl0 = warp_inclusive_sum(count[0]);
   const int total0 = __shfl_sync(0xFFFFFFFFu, incl0, 31);
   const int incl1 = warp_inclusive_sum(count[1]);
   if (have[0]) sh.cand_off[lane] = incl0 - count[0];
   if (have[1]) sh.cand_off[lane + 32] = total0 + incl1 - count[1];
   const int n_all = total0 + __shfl_sync(0xFFFFFFFFu, incl1, 31);
+  if constexpr (Threads > kFastThreads) timeline_warp_point(kPointOffsets, static_cast<unsigned>(n_all));
   const float m = max_key ? detail::key_value(max_key) : -INFINITY;
   // A chunk's sum is of 2^(x c - K), K = sum_scale(its maximum, c) as stage 1 formed it: times
   // 2^(K - m c), in double (m c exact there, the difference within a double rounding), it becomes the sum

@@ -70,13 +70,15 @@ constexpr int kTimelineWarps = 16;
 // steps a warp spends its time on.
 enum TimelineWarpPoint : int {
   kPointStatsIn,   // warp 0 holds its chunks' statistics
-  kPointReduced,   // warp 0 has reduced them (before lane 0's stores to shared memory)
+  kPointMaxima,    // warp 0 has reduced the maxima, counts and the winner
+  kPointOffsets,   // warp 0 has the chunks' offsets in the row's list (two scans)
+  kPointReduced,   // warp 0 has the row's sums too (before lane 0's stores to shared memory)
   kPointRunsIn,    // a listing warp holds the row's bound and its runs' counts
   kPointKeysIn,    // a listing warp holds its first batch of keys
   kTimelineWarpPoints
 };
-constexpr const char* kTimelineWarpPointNames[kTimelineWarpPoints] = {"statistics in", "reduced", "runs known",
-                                                                       "first keys in"};
+constexpr const char* kTimelineWarpPointNames[kTimelineWarpPoints] = {
+    "statistics in", "maxima", "offsets", "sums", "runs known", "first keys in"};
 constexpr int kTimelineWarpRows = kTimelineMarks + kTimelineWarpPoints;  // a warp's stamps: marks, then points
 constexpr int kTimelineWarpColumns = kTimelineWarpRows * kTimelineWarps;  // a block's row: [mark or point][warp]
 
