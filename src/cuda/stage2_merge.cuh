@@ -93,7 +93,7 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
   sum = warp_sum(sum);
   raw_sum = warp_sum(raw_sum);
   if constexpr (Threads > kFastThreads)
-    timeline_warp_point(kPointReduced, static_cast<unsigned>(__double2loint(sum + raw_sum)) ^ static_cast<unsigned>(n_all));
+    timeline_warp_point(kPointSums, static_cast<unsigned>(__double2loint(sum + raw_sum)) ^ static_cast<unsigned>(n_all));
   if (lane == 0) {
     sh.max_key = max_key;
     sh.bound = bound;

@@ -72,7 +72,7 @@ enum TimelineWarpPoint : int {
   kPointStatsIn,   // warp 0 holds its chunks' statistics
   kPointMaxima,    // warp 0 has reduced the maxima, counts and the winner
   kPointOffsets,   // warp 0 has the chunks' offsets in the row's list (two scans)
-  kPointReduced,   // warp 0 has the row's sums too (before lane 0's stores to shared memory)
+  kPointSums,      // warp 0 has the row's sums too (before lane 0's stores to shared memory)
   kPointRunsIn,    // a listing warp holds the row's bound and its runs' counts
   kPointKeysIn,    // a listing warp holds its first batch of keys
   kTimelineWarpPoints
@@ -150,32 +150,36 @@ __device__ __forceinline__ void timeline_enter(unsigned first = 0) {
 #endif
 }
 
+#if SONIC_TIMELINE
+// Lane 0's clock into row `row` of the block's warp table (a mark, or kTimelineMarks + a point).
+// With `wait`, lane 0 first stores `after` to shared memory, so that the clock's read stays behind
+// the arrival of the value it is computed from.
+__device__ __forceinline__ void timeline_warp_stamp(int row, bool wait, unsigned after) {
+  __shared__ volatile unsigned sink[kTimelineWarps];
+  const unsigned warp = threadIdx.x >> 5, block = timeline_block();
+  if ((threadIdx.x & 31) == 0 && warp < kTimelineWarps && block < kTimelineWarpBlocks) {
+    if (wait) sink[warp] = after;
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) :: "memory");
+    timeline_warp_ns[block][row][warp] = t;
+  }
+}
+#endif
+
 // The warp's arrival at the barrier that ends phase `mark` (lane 0's clock just before the barrier).
 __device__ __forceinline__ void timeline_warp_arrive(int mark) {
 #if SONIC_TIMELINE
-  const unsigned warp = threadIdx.x >> 5, block = timeline_block();
-  if ((threadIdx.x & 31) == 0 && warp < kTimelineWarps && block < kTimelineWarpBlocks) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    timeline_warp_ns[block][mark][warp] = t;
-  }
+  timeline_warp_stamp(mark, false, 0u);
 #else
   (void)mark;
 #endif
 }
 
-// Lane 0's clock at `point`, once `after` (a value computed from the loads the point waits for) has
-// come: lane 0 stores it to shared memory first, and the clock's read stays behind that store.
+// The warp's clock at `point` of the merge phase, once `after` (a value computed from the loads the
+// point waits for) has come.
 __device__ __forceinline__ void timeline_warp_point(int point, unsigned after) {
 #if SONIC_TIMELINE
-  __shared__ volatile unsigned sink[kTimelineWarps];
-  const unsigned warp = threadIdx.x >> 5, block = timeline_block();
-  if ((threadIdx.x & 31) == 0 && warp < kTimelineWarps && block < kTimelineWarpBlocks) {
-    sink[warp] = after;
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) :: "memory");
-    timeline_warp_ns[block][kTimelineMarks + point][warp] = t;
-  }
+  timeline_warp_stamp(kTimelineMarks + point, true, after);
 #else
   (void)point;
   (void)after;
