@@ -50,7 +50,9 @@ class CudaBackend final : public SamplerBackend {
     if (tails_min_rows_ >= 0) cand_stride_ = cand_stride_ * 3 / 2;
     z_ = mem_.alloc<float>(rows * V);
     stats_ = mem_.alloc<cuda::TileStat>(rows * most_tiles);
-    cands_ = mem_.alloc<unsigned long long>(rows * cand_stride_);
+    // Zeroed once: stage 2 loads a window of each chunk's slots before it knows how many are filled
+    // (list_chunks_ahead), and masks the rest.
+    cands_ = mem_.zeroed<unsigned long long>(rows * cand_stride_);
     // Counters: [0, rows) chunks done per row, then the rows flagged, the exact kernel's blocks done
     // and the row tails' grid's blocks done. Zero between calls: the kernels reset what they
     // count.

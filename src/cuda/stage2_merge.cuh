@@ -54,12 +54,16 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
       raw_max = fmaxf(raw_max, t[h].raw_max);
       win = better(win, ArgMaxF{t[h].win_score, t[h].win_token});
     }
+  // Only the reductions the row reads (stage2_row.cuh): every shuffle of warp 0 here waits behind
+  // the listing warps' shared-memory traffic, and the merge phase ends with warp 0 (v3.43). The
+  // winner is read by untruncated rows alone, the raw maximum in the raw logprob mode alone; the
+  // sums' lanes hold 0 where the row needs no sum, which is then their total too.
   max_key = warp_max(max_key);
   bound = warp_max(bound);
   valid = warp_sum(valid);
   nan = __any_sync(0xFFFFFFFFu, nan);
-  raw_max = warp_max(raw_max);
-  win = warp_best(win);
+  if (job.mode == LogprobMode::kRaw) raw_max = warp_max(raw_max);
+  if (k.untruncated) win = warp_best(win);
   if constexpr (Threads > kFastThreads)
     timeline_warp_point(kPointMaxima, static_cast<unsigned>(max_key ^ bound) ^ static_cast<unsigned>(valid + nan + win.token) ^
                                           __float_as_uint(raw_max));
@@ -90,8 +94,8 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
                    exp2(static_cast<double>(kh) - static_cast<double>(raw_max) * static_cast<double>(c_raw));
       }
     }
-  sum = warp_sum(sum);
-  raw_sum = warp_sum(raw_sum);
+  if (k.need_sum) sum = warp_sum(sum);
+  if (k.need_raw) raw_sum = warp_sum(raw_sum);
   if constexpr (Threads > kFastThreads)
     timeline_warp_point(kPointSums, static_cast<unsigned>(__double2loint(sum + raw_sum)) ^ static_cast<unsigned>(n_all));
   if (lane == 0) {
@@ -189,6 +193,66 @@ __device__ __forceinline__ void list_while_merging(const RowJob& job, int32_t r,
   }
 }
 
+// Wide blocks, rows of more chunks than listing warps (merge_row says which): warp w lists chunks
+// w, w + kWarps, ... (Runs of them at most). In the round trip that brings the row's bound and the
+// chunks' counts, each lane also loads the first Ahead keys of each of its warp's chunks, 32 Ahead
+// a chunk (slots past a chunk's count hold zeros or keys of earlier calls, which the count masks),
+// so that a chunk's keys do not wait for its count: that second round trip was 1.1 µs of the merge
+// phase at B = 1 (v3.43's timeline). Keys past the window follow in batches. sh.n_bound must be 0
+// before.
+template <int Threads, int Runs, int Ahead>
+__device__ __forceinline__ void list_chunks_ahead(const RowJob& job, int32_t r, Stage2Shared<Threads>& sh) {
+  constexpr int kWarps = Threads / 32 - 1;
+  constexpr int kWindow = 32 * Ahead;
+  const int warp = threadIdx.x / 32 - 1, lane = threadIdx.x & 31;
+  const int32_t chunks = job.fast.chunks;
+  const TileStat* stats = job.fast.stats + static_cast<int64_t>(r) * chunks;
+  const int64_t capacity = job.fast.chunk_capacity;
+  const unsigned long long* list = job.fast.cands + static_cast<int64_t>(r) * job.fast.cand_stride;
+  unsigned long long bound = 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    if (lane + 32 * h < chunks) bound = max(bound, __ldcg(&stats[lane + 32 * h].bound));
+  int count[Runs];  // the same in every lane (one address a warp)
+  unsigned long long key[Runs * Ahead];
+#pragma unroll
+  for (int q = 0; q < Runs; ++q) {
+    const int c = warp + q * kWarps;
+    count[q] = c < chunks ? __ldcg(&stats[c].count) : 0;
+#pragma unroll
+    for (int a = 0; a < Ahead; ++a) {
+      const int j = lane + 32 * a;
+      key[q * Ahead + a] = c < chunks && j < capacity ? __ldcg(list + c * capacity + j) : 0ull;
+    }
+  }
+  bound = warp_max(bound);
+  timeline_warp_point(kPointRunsIn, static_cast<unsigned>(count[0]) ^ static_cast<unsigned>(bound));
+  timeline_warp_point(kPointKeysIn, static_cast<unsigned>(key[0]));
+  unsigned listed = 0;
+#pragma unroll
+  for (int q = 0; q < Runs; ++q)
+#pragma unroll
+    for (int a = 0; a < Ahead; ++a)
+      listed |= (lane + 32 * a < count[q] && kept_by(key[q * Ahead + a], bound) ? 1u : 0u) << (q * Ahead + a);
+  warp_append_batch(sh.gathered, &sh.n_bound, kBoundCap, key, listed);
+  constexpr int kBatch = 4;
+#pragma unroll
+  for (int q = 0; q < Runs; ++q) {
+    const unsigned long long* chunk = list + (warp + q * kWarps) * capacity;
+    for (int base = kWindow; base < count[q]; base += 32 * kBatch) {
+      unsigned long long more[kBatch];
+      unsigned keep = 0;
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int j = base + lane + 32 * b;
+        more[b] = j < count[q] ? __ldcg(chunk + j) : 0ull;
+        keep |= (j < count[q] && kept_by(more[b], bound) ? 1u : 0u) << b;
+      }
+      warp_append_batch(sh.gathered, &sh.n_bound, kBoundCap, more, keep);
+    }
+  }
+}
+
 // Warp 0 merges the row's chunk statistics into `sh`; in wide blocks the other warps list the
 // candidates at or above the bound meanwhile (list_while_merging), in the fast kernel's block
 // gather_prefix lists them later. The whole block calls it; it ends with a barrier.
@@ -197,11 +261,16 @@ __device__ __forceinline__ void merge_row(const RowJob& job, int32_t r, const Ro
   if constexpr (Threads > kFastThreads) {
     if (threadIdx.x == 0) sh.n_bound = 0;
     __syncthreads();
-    // Rows of at most a chunk a listing warp (B >= 32 at V = 151936) take the one-run form, whose
-    // loads find their run without comparing with the other runs' ends.
+    // Rows of two or three chunks a listing warp (38 at B <= 8, V = 151936) load each chunk's
+    // first 64 keys with its count (list_chunks_ahead): -0.4 to -0.7 us there (v3.44). Rows of
+    // fewer chunks hold more keys a chunk than the window, and the form lost 0.3 us at B = 32 and
+    // 64 (16 and 8 chunks, top-k suite), so they list as the counts come in: the one-run form
+    // where a warp takes at most one chunk, whose loads need not compare with other runs' ends.
     constexpr int kWarps = Threads / 32 - 1;
+    const int32_t chunks = job.fast.chunks;
     if (threadIdx.x < 32) merge_tiles(job, r, k, sh);
-    else if (job.fast.chunks <= kWarps) list_while_merging<Threads, 1>(job, r, sh);
+    else if (chunks > 2 * kWarps && chunks <= 3 * kWarps) list_chunks_ahead<Threads, 3, 2>(job, r, sh);
+    else if (chunks <= kWarps) list_while_merging<Threads, 1>(job, r, sh);
     else list_while_merging<Threads, (kMaxChunks + kWarps - 1) / kWarps>(job, r, sh);
   } else {
     if (threadIdx.x < 32) merge_tiles(job, r, k, sh);
