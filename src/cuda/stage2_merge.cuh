@@ -39,7 +39,19 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
     count[h] = have[h] ? t[h].count : 0;
   }
   // Wide blocks' warps stamp the merge's points (timeline.cuh; nothing outside the timeline build).
-  if constexpr (Threads > kFastThreads) timeline_warp_point(kPointStatsIn, static_cast<unsigned>(count[0] + count[1]));
+  // "Statistics in" waits for a word of each of a chunk's three 16-byte pieces, not only the count's:
+  // the reductions need them all. (Under #if: even dead, the loop moved ptxas's allocation.)
+#if SONIC_TIMELINE
+  if constexpr (Threads > kFastThreads) {
+    unsigned seen = 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      if (have[h])
+        seen ^= static_cast<unsigned>(t[h].max_key >> 32) ^ static_cast<unsigned>(t[h].bound) ^ __float_as_uint(t[h].sum) ^
+                __float_as_uint(t[h].raw_sum) ^ static_cast<unsigned>(t[h].count);
+    timeline_warp_point(kPointStatsIn, seen);
+  }
+#endif
   unsigned long long max_key = 0, bound = 0;
   int valid = 0, nan = 0;
   float raw_max = -INFINITY;
