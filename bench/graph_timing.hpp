@@ -132,6 +132,59 @@ inline std::pair<double, double> time_calls(cudaStream_t stream, int nbuf, int g
   return {graph_us, percentile_median(times)};
 }
 
+// Diagnostic, not a BENCH.md figure (sonic_bench --cold-l2 1): the mean of a call `call(i)` that
+// finds none of its code, tables or scratch in L2, as in serving, where the LM head streams its
+// weights between two sampling calls; the benchmark's calls find them there (the logits are read
+// evict-first). A graph of `pairs` [flush, call] pairs against a graph of the flushes alone, each
+// replayed `replays` times; a flush reads four times the L2 with the default policy. Returns µs.
+template <class Call>
+inline double time_calls_cold_l2(cudaStream_t stream, int nbuf, Call call) {
+  static float4* flush = nullptr;
+  static size_t flush_n = 0;
+  static float* sink = nullptr;
+  cudaDeviceProp prop{};
+  int dev = 0;
+  CHECK_CUDA(cudaGetDevice(&dev));
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, dev));
+  if (!flush) {
+    const size_t bytes = std::max<size_t>(4 * static_cast<size_t>(prop.l2CacheSize), 64ull << 20);
+    CHECK_CUDA(cudaMalloc(&flush, bytes));
+    CHECK_CUDA(cudaMemset(flush, 0, bytes));
+    CHECK_CUDA(cudaMalloc(&sink, sizeof(float)));
+    flush_n = bytes / sizeof(float4);
+  }
+  auto flush_l2 = [&] { read_bandwidth_kernel<<<prop.multiProcessorCount * 8, 512, 0, stream>>>(flush, flush_n, sink); };
+  const int pairs = std::min(nbuf, 32), replays = 5;
+  auto replay_mean = [&](bool with_calls) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < pairs; ++i) {
+      flush_l2();
+      if (with_calls) call(i);
+    }
+    CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+    CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    CHECK_CUDA(cudaGraphLaunch(exec, stream));  // warm-up
+    cudaEvent_t e0, e1;
+    CHECK_CUDA(cudaEventCreate(&e0));
+    CHECK_CUDA(cudaEventCreate(&e1));
+    CHECK_CUDA(cudaEventRecord(e0, stream));
+    for (int r = 0; r < replays; ++r) CHECK_CUDA(cudaGraphLaunch(exec, stream));
+    CHECK_CUDA(cudaEventRecord(e1, stream));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    return 1000.0 * ms / (static_cast<double>(replays) * pairs);
+  };
+  const double flushes = replay_mean(false), both = replay_mean(true);
+  return both - flushes;
+}
+
 // One graph a rotating buffer, each a capture of the one call `call(i)`: replaying graph i runs a
 // call as the timed graphs run it (programmatic launches overlapping), where an eager call's
 // kernels start as late as the host's launches reach them (sonic_bench --timeline-graph).

@@ -174,6 +174,7 @@ struct Args {
   std::vector<int> drafts = {1, 3, 5, 7};
   int timeline = 0;  // suites sample and verify, builds with SONIC_TIMELINE: calls whose kernel phases are reported
   bool timeline_graph = false;  // --timeline-graph: those calls replayed from a graph each, not eager
+  bool cold_l2 = false;  // --cold-l2 1: suite sample also prints each call with the L2 flushed before it (a diagnostic)
 };
 
 std::vector<std::string> split(const std::string& s) { return split_on(s, ','); }
@@ -592,6 +593,7 @@ int main(int argc, char** argv) {
     else if (k == "--drafts") { a.drafts.clear(); for (auto& x : split(v)) a.drafts.push_back(std::stoi(x)); }
     else if (k == "--timeline") a.timeline = std::stoi(v);
     else if (k == "--timeline-graph") a.timeline_graph = v != "0";
+    else if (k == "--cold-l2") a.cold_l2 = v != "0";
     else { std::fprintf(stderr, "unknown option %s\n", k.c_str()); return 2; }
   }
   cudaDeviceProp prop;
@@ -733,6 +735,14 @@ int main(int argc, char** argv) {
                       V, B, graph_us, eager_us, floor_us, graph_us > 0 ? 100.0 * floor_us / graph_us : 0.0, check.c_str(),
                       static_cast<unsigned long long>(exact_rows), band.c_str());
           std::fflush(stdout);
+          if (a.cold_l2 && graph_us > 0) {
+            // Printed only: BENCH.md's figures are the two above.
+            const double cold_us =
+                time_calls_cold_l2(stream, nbuf, [&](int i) { sampler.sample(view(i), slots, bm, o, opt); });
+            std::printf("  cold L2 (diagnostic): %.2f us a call against %.2f (graph of [L2 flush, call] pairs less the flushes alone)\n",
+                        cold_us, graph_us);
+            std::fflush(stdout);
+          }
           if (graph_us > 0) {
             emit(out, a, "sonic", cname, B, V, dtype, "graph", graph_us, floor_us, gpu);
             emit(out, a, "sonic", cname, B, V, dtype, "eager", eager_us, floor_us, gpu);
