@@ -132,35 +132,41 @@ inline std::pair<double, double> time_calls(cudaStream_t stream, int nbuf, int g
   return {graph_us, percentile_median(times)};
 }
 
+// Evicts the L2 on `stream`: reads four times its size (at least 64 MiB) with the default policy, as
+// the LM head's weights pass through it between two sampling calls in serving.
+inline void flush_l2(cudaStream_t stream) {
+  static float4* buf = nullptr;
+  static size_t n = 0;
+  static float* sink = nullptr;
+  static int blocks = 0;
+  if (!buf) {
+    cudaDeviceProp prop{};
+    int dev = 0;
+    CHECK_CUDA(cudaGetDevice(&dev));
+    CHECK_CUDA(cudaGetDeviceProperties(&prop, dev));
+    const size_t bytes = std::max<size_t>(4 * static_cast<size_t>(prop.l2CacheSize), 64ull << 20);
+    CHECK_CUDA(cudaMalloc(&buf, bytes));
+    CHECK_CUDA(cudaMemset(buf, 0, bytes));
+    CHECK_CUDA(cudaMalloc(&sink, sizeof(float)));
+    n = bytes / sizeof(float4);
+    blocks = prop.multiProcessorCount * 8;
+  }
+  read_bandwidth_kernel<<<blocks, 512, 0, stream>>>(buf, n, sink);
+}
+
 // Diagnostic, not a BENCH.md figure (sonic_bench --cold-l2 1): the mean of a call `call(i)` that
-// finds none of its code, tables or scratch in L2, as in serving, where the LM head streams its
-// weights between two sampling calls; the benchmark's calls find them there (the logits are read
-// evict-first). A graph of `pairs` [flush, call] pairs against a graph of the flushes alone, each
-// replayed `replays` times; a flush reads four times the L2 with the default policy. Returns µs.
+// finds none of its code, tables or scratch in L2, as in serving; the benchmark's calls find them
+// there (the logits are read evict-first). A graph of `pairs` [flush_l2, call] pairs against a
+// graph of the flushes alone, each replayed `replays` times. Returns µs.
 template <class Call>
 inline double time_calls_cold_l2(cudaStream_t stream, int nbuf, Call call) {
-  static float4* flush = nullptr;
-  static size_t flush_n = 0;
-  static float* sink = nullptr;
-  cudaDeviceProp prop{};
-  int dev = 0;
-  CHECK_CUDA(cudaGetDevice(&dev));
-  CHECK_CUDA(cudaGetDeviceProperties(&prop, dev));
-  if (!flush) {
-    const size_t bytes = std::max<size_t>(4 * static_cast<size_t>(prop.l2CacheSize), 64ull << 20);
-    CHECK_CUDA(cudaMalloc(&flush, bytes));
-    CHECK_CUDA(cudaMemset(flush, 0, bytes));
-    CHECK_CUDA(cudaMalloc(&sink, sizeof(float)));
-    flush_n = bytes / sizeof(float4);
-  }
-  auto flush_l2 = [&] { read_bandwidth_kernel<<<prop.multiProcessorCount * 8, 512, 0, stream>>>(flush, flush_n, sink); };
   const int pairs = std::min(nbuf, 32), replays = 5;
   auto replay_mean = [&](bool with_calls) {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     for (int i = 0; i < pairs; ++i) {
-      flush_l2();
+      flush_l2(stream);
       if (with_calls) call(i);
     }
     CHECK_CUDA(cudaStreamEndCapture(stream, &graph));

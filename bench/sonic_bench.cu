@@ -174,7 +174,8 @@ struct Args {
   std::vector<int> drafts = {1, 3, 5, 7};
   int timeline = 0;  // suites sample and verify, builds with SONIC_TIMELINE: calls whose kernel phases are reported
   bool timeline_graph = false;  // --timeline-graph: those calls replayed from a graph each, not eager
-  bool cold_l2 = false;  // --cold-l2 1: suite sample also prints each call with the L2 flushed before it (a diagnostic)
+  bool cold_l2 = false;  // --cold-l2 1: suite sample also prints each call with the L2 flushed before it, and
+                         // --timeline reports its calls again, each after a flush (diagnostics)
 };
 
 std::vector<std::string> split(const std::string& s) { return split_on(s, ','); }
@@ -240,9 +241,10 @@ sonic::RequestParams row_params(const Case& c, int r, int32_t V, std::mt19937_64
 
 #if SONIC_TIMELINE
 // --timeline: the phases of a few calls `call(i)`, eager, or with --timeline-graph each replayed
-// from a graph of its own.
+// from a graph of its own; with --cold-l2 1 the same calls again, each after an L2 flush (flush_l2),
+// to see which phases the cold code and tables lengthen.
 template <class Call>
-void report_timeline(const Args& a, const std::string& label, cudaStream_t stream, int nbuf, Call call) {
+void report_timeline_once(const Args& a, const std::string& label, cudaStream_t stream, int nbuf, Call call) {
   if (!a.timeline_graph) {
     timeline::report(label, a.timeline, nbuf, call);
     return;
@@ -253,6 +255,15 @@ void report_timeline(const Args& a, const std::string& label, cudaStream_t strea
     CHECK_CUDA(cudaStreamSynchronize(stream));
   });
   for (cudaGraphExec_t e : execs) cudaGraphExecDestroy(e);
+}
+template <class Call>
+void report_timeline(const Args& a, const std::string& label, cudaStream_t stream, int nbuf, Call call) {
+  report_timeline_once(a, label, stream, nbuf, call);
+  if (a.cold_l2)
+    report_timeline_once(a, label + " cold L2", stream, nbuf, [&](int i) {
+      flush_l2(stream);
+      call(i);
+    });
 }
 #endif
 
