@@ -94,28 +94,46 @@ inline double percentile_median(std::vector<float> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-// Times one call `call(i)` on rotating buffer i: graph mean over replays of a capture of every buffer,
-// and eager median. Returns {graph_us, eager_us}.
-template <class Call>
-inline std::pair<double, double> time_calls(cudaStream_t stream, int nbuf, int graph_replays, Call call) {
+// Captures `record()` on `stream` into a graph, replays it once (warm-up), then `replays` times
+// between two events. Returns the milliseconds of the timed replays.
+template <class Record>
+inline float replay_ms(cudaStream_t stream, int replays, Record record) {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < nbuf; ++i) call(i);
+  record();
   CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
   CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
   CHECK_CUDA(cudaGraphLaunch(exec, stream));  // warm-up
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0));
   CHECK_CUDA(cudaEventCreate(&e1));
-  const int replays = std::max(2, graph_replays * 64 / nbuf);
   CHECK_CUDA(cudaEventRecord(e0, stream));
   for (int r = 0; r < replays; ++r) CHECK_CUDA(cudaGraphLaunch(exec, stream));
   CHECK_CUDA(cudaEventRecord(e1, stream));
   CHECK_CUDA(cudaEventSynchronize(e1));
   float ms = 0;
   CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-  const double graph_us = 1000.0 * ms / (static_cast<double>(replays) * nbuf);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return ms;
+}
+
+// Times one call `call(i)` on rotating buffer i: graph mean over replays of a capture of every buffer,
+// and eager median. Returns {graph_us, eager_us}.
+template <class Call>
+inline std::pair<double, double> time_calls(cudaStream_t stream, int nbuf, int graph_replays, Call call) {
+  const int replays = std::max(2, graph_replays * 64 / nbuf);
+  const float graph_ms = replay_ms(stream, replays, [&] {
+    for (int i = 0; i < nbuf; ++i) call(i);
+  });
+  const double graph_us = 1000.0 * graph_ms / (static_cast<double>(replays) * nbuf);
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  float ms = 0;
   std::vector<float> times;
   for (int r = 0; r < 125; ++r) {
     CHECK_CUDA(cudaEventRecord(e0, stream));
@@ -125,8 +143,6 @@ inline std::pair<double, double> time_calls(cudaStream_t stream, int nbuf, int g
     CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
     if (r >= 25) times.push_back(1000.0f * ms);
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   return {graph_us, percentile_median(times)};
@@ -162,29 +178,12 @@ template <class Call>
 inline double time_calls_cold_l2(cudaStream_t stream, int nbuf, Call call) {
   const int pairs = std::min(nbuf, 32), replays = 5;
   auto replay_mean = [&](bool with_calls) {
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < pairs; ++i) {
-      flush_l2(stream);
-      if (with_calls) call(i);
-    }
-    CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
-    CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-    CHECK_CUDA(cudaGraphLaunch(exec, stream));  // warm-up
-    cudaEvent_t e0, e1;
-    CHECK_CUDA(cudaEventCreate(&e0));
-    CHECK_CUDA(cudaEventCreate(&e1));
-    CHECK_CUDA(cudaEventRecord(e0, stream));
-    for (int r = 0; r < replays; ++r) CHECK_CUDA(cudaGraphLaunch(exec, stream));
-    CHECK_CUDA(cudaEventRecord(e1, stream));
-    CHECK_CUDA(cudaEventSynchronize(e1));
-    float ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    const float ms = replay_ms(stream, replays, [&] {
+      for (int i = 0; i < pairs; ++i) {
+        flush_l2(stream);
+        if (with_calls) call(i);
+      }
+    });
     return 1000.0 * ms / (static_cast<double>(replays) * pairs);
   };
   const double flushes = replay_mean(false), both = replay_mean(true);
