@@ -12,7 +12,10 @@ kernels appear one after another; --kernel picks one by a substring of its mangl
   scripts/sass_lines.py fast.sass sass_B512.csv --kernel DTypeE0 [--top 30] [--range 3200:3240]
 
 --top prints the source lines with the most stall samples (and their executed warp instructions);
---range prints instructions lo:hi with samples, executed count, scoreboards and text.
+--range prints instructions lo:hi with samples, executed count, scoreboards and text;
+--footprint prints what the profiled launch fetched: its distinct instructions executed, the
+128-byte lines they lie in, and their count by source file (code from HBM costs about 8 cycles an
+instruction more than from L2, perf-notes v3.20 and v3.44).
 """
 import argparse
 import collections
@@ -60,6 +63,7 @@ def main():
     ap.add_argument("--kernel", default="")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--range", default="")
+    ap.add_argument("--footprint", action="store_true")
     a = ap.parse_args()
     ins, prof = read_sass(a.sass, a.kernel), read_csv(a.csv)
     if len(ins) != len(prof):
@@ -72,6 +76,14 @@ def main():
     print(f"{int(total)} samples, {sum(e for _, e in prof)} warp instructions executed")
     for line, s in by_line.most_common(a.top):
         print(f"{100 * s / total:5.1f}%  executed {ex_line[line]:10d}  {line}")
+    if a.footprint:
+        ran = [k for k, (_, e) in enumerate(prof[: len(ins)]) if e > 0]
+        lines = {16 * k // 128 for k in ran}  # 16-byte instructions
+        by_file = collections.Counter(ins[k][0].split(":")[0] for k in ran)
+        print(f"footprint: {len(ran)} of {len(ins)} instructions executed, in {len(lines)} of "
+              f"{(16 * len(ins) + 127) // 128} 128-byte lines ({16 * len(ran) / 1024:.1f} of {16 * len(ins) / 1024:.1f} KB)")
+        for f, n in by_file.most_common():
+            print(f"  {n:6d}  {f}")
     if a.range:
         lo, hi = (int(x) for x in a.range.split(":"))
         sb = lambda v: "-" if v == 7 else str(v)
