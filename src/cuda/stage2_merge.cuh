@@ -128,6 +128,16 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
   }
 }
 
+// The larger bound of the lane's two chunks (lanes l and l + 32; 0 past the row's chunks): a listing
+// warp's first load, reduced over the warp (warp_max) once its other loads are issued.
+__device__ __forceinline__ unsigned long long lane_bound(const TileStat* stats, int32_t chunks, int lane) {
+  unsigned long long bound = 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    if (lane + 32 * h < chunks) bound = max(bound, __ldcg(&stats[lane + 32 * h].bound));
+  return bound;
+}
+
 // Wide blocks' reading of candidates: a warp's items are some runs of the row's list one after the
 // other, item j lying in run q when end[q - 1] <= j < end[q], at list[at[q] + j]. key[b] = the
 // warp's item base + 32 b (0 past total): N independent loads.
@@ -166,10 +176,7 @@ __device__ __forceinline__ void list_while_merging(const RowJob& job, int32_t r,
   const int warp = threadIdx.x / 32 - 1, lane = threadIdx.x & 31;
   const int32_t chunks = job.fast.chunks;
   const TileStat* stats = job.fast.stats + static_cast<int64_t>(r) * chunks;
-  unsigned long long bound = 0;
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-    if (lane + 32 * h < chunks) bound = max(bound, __ldcg(&stats[lane + 32 * h].bound));
+  unsigned long long bound = lane_bound(stats, chunks, lane);
   const int64_t capacity = job.fast.chunk_capacity;
   const int parts = chunks < kWarps ? kWarps / chunks : 1;  // runs a chunk is cut into
   const int run = warp + lane * kWarps;  // the lane's run (lanes below kRuns)
@@ -221,10 +228,7 @@ __device__ __forceinline__ void list_chunks_ahead(const RowJob& job, int32_t r, 
   const TileStat* stats = job.fast.stats + static_cast<int64_t>(r) * chunks;
   const int64_t capacity = job.fast.chunk_capacity;
   const unsigned long long* list = job.fast.cands + static_cast<int64_t>(r) * job.fast.cand_stride;
-  unsigned long long bound = 0;
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-    if (lane + 32 * h < chunks) bound = max(bound, __ldcg(&stats[lane + 32 * h].bound));
+  unsigned long long bound = lane_bound(stats, chunks, lane);
   int count[Runs];  // the same in every lane (one address a warp)
   unsigned long long key[Runs * Ahead];
 #pragma unroll
