@@ -148,26 +148,37 @@ inline std::pair<double, double> time_calls(cudaStream_t stream, int nbuf, int g
   return {graph_us, percentile_median(times)};
 }
 
-// Evicts the L2 on `stream`: reads four times its size (at least 64 MiB) with the default policy, as
-// the LM head's weights pass through it between two sampling calls in serving.
-inline void flush_l2(cudaStream_t stream) {
-  static float4* buf = nullptr;
-  static size_t n = 0;
-  static float* sink = nullptr;
-  static int blocks = 0;
-  if (!buf) {
+// The buffer flush_l2 reads: four times the L2 (at least 64 MiB), allocated at the first use.
+// Allocation cannot be captured, so code that captures flushes calls this first.
+struct L2FlushBuffer {
+  float4* buf = nullptr;
+  size_t n = 0;
+  float* sink = nullptr;
+  int blocks = 0;
+};
+inline const L2FlushBuffer& l2_flush_buffer() {
+  static const L2FlushBuffer f = [] {
+    L2FlushBuffer b;
     cudaDeviceProp prop{};
     int dev = 0;
     CHECK_CUDA(cudaGetDevice(&dev));
     CHECK_CUDA(cudaGetDeviceProperties(&prop, dev));
     const size_t bytes = std::max<size_t>(4 * static_cast<size_t>(prop.l2CacheSize), 64ull << 20);
-    CHECK_CUDA(cudaMalloc(&buf, bytes));
-    CHECK_CUDA(cudaMemset(buf, 0, bytes));
-    CHECK_CUDA(cudaMalloc(&sink, sizeof(float)));
-    n = bytes / sizeof(float4);
-    blocks = prop.multiProcessorCount * 8;
-  }
-  read_bandwidth_kernel<<<blocks, 512, 0, stream>>>(buf, n, sink);
+    CHECK_CUDA(cudaMalloc(&b.buf, bytes));
+    CHECK_CUDA(cudaMemset(b.buf, 0, bytes));
+    CHECK_CUDA(cudaMalloc(&b.sink, sizeof(float)));
+    b.n = bytes / sizeof(float4);
+    b.blocks = prop.multiProcessorCount * 8;
+    return b;
+  }();
+  return f;
+}
+
+// Evicts the L2 on `stream`: reads l2_flush_buffer with the default policy, as the LM head's weights
+// pass through it between two sampling calls in serving.
+inline void flush_l2(cudaStream_t stream) {
+  const L2FlushBuffer& f = l2_flush_buffer();
+  read_bandwidth_kernel<<<f.blocks, 512, 0, stream>>>(f.buf, f.n, f.sink);
 }
 
 // Diagnostic, not a BENCH.md figure (sonic_bench --cold-l2 1): the mean of a call `call(i)` that
@@ -177,6 +188,7 @@ inline void flush_l2(cudaStream_t stream) {
 template <class Call>
 inline double time_calls_cold_l2(cudaStream_t stream, int nbuf, Call call) {
   const int pairs = std::min(nbuf, 32), replays = 5;
+  l2_flush_buffer();  // before the captures
   auto replay_mean = [&](bool with_calls) {
     const float ms = replay_ms(stream, replays, [&] {
       for (int i = 0; i < pairs; ++i) {

@@ -259,11 +259,13 @@ void report_timeline_once(const Args& a, const std::string& label, cudaStream_t 
 template <class Call>
 void report_timeline(const Args& a, const std::string& label, cudaStream_t stream, int nbuf, Call call) {
   report_timeline_once(a, label, stream, nbuf, call);
-  if (a.cold_l2)
+  if (a.cold_l2) {
+    l2_flush_buffer();  // before the captures
     report_timeline_once(a, label + " cold L2", stream, nbuf, [&](int i) {
       flush_l2(stream);
       call(i);
     });
+  }
 }
 #endif
 
