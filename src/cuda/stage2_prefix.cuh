@@ -222,11 +222,68 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
   }
   timeline_warp_arrive(kMarkGathered);
   __syncthreads();
-  if constexpr (kEarlyNoise<Threads>)
-    if (noise.on && n <= kGatherCap) {  // in sorted order (read after the decision's barriers)
-      for (int i = tid; i < n; i += Threads) sh.early.noise[sh.early.rank[i]] = sh.early.staged_noise[i];
-    }
   return zl;
+}
+
+// Wide blocks: the early noise of a sorted prefix of n keys (n <= kGatherCap) into sorted order,
+// sh.early.noise, by threads first, first + stride, ... (a barrier or __syncwarp before it is read).
+template <int Threads>
+__device__ __forceinline__ void sort_noise(Stage2Shared<Threads>& sh, int n, int first, int stride) {
+  for (int i = first; i < n; i += stride) sh.early.noise[sh.early.rank[i]] = sh.early.staged_noise[i];
+}
+
+// Warp 0, for a prefix of n <= kWarpPrefixKeys keys: sh.cum, its inclusive masses exp(z - zm) in
+// double, in four keys a lane and one warp scan, where the block scan took a scan in each warp, a
+// barrier and the warps' totals (0.39 us in a 512-thread block, perf-notes v3.20).
+template <int Threads>
+__device__ __forceinline__ void warp_prefix_mass(Stage2Shared<Threads>& sh, int n, float zm) {
+  constexpr int kPer = kWarpPrefixKeys / 32;
+  const int first = (threadIdx.x & 31) * kPer;
+  double e[kPer];
+  double own = 0.0;
+#pragma unroll
+  for (int q = 0; q < kPer; ++q) {
+    const int i = first + q;
+    own += i < n ? exp(static_cast<double>(detail::key_value(sh.sorted[i])) - static_cast<double>(zm)) : 0.0;
+    e[q] = own;
+  }
+  const double incl = warp_inclusive_sum(own);
+  double before = __shfl_up_sync(0xFFFFFFFFu, incl, 1);
+  if (first == 0) before = 0.0;
+#pragma unroll
+  for (int q = 0; q < kPer; ++q)
+    if (first + q < n) sh.cum[first + q] = before + e[q];
+}
+
+// Wide blocks, one warp, while thread 0 decides the kept set: sh.early.winner[i] gets the token
+// that wins the draw over the sorted prefix's first i + 1 keys (prefix_draw's scores, early noise),
+// so that the draw after the decision is one shared load whatever the kept size, where a block
+// reduction (a barrier and two warp butterflies) ended the row's chain. The winner of a total order
+// is the same in any order of comparison. Each lane takes a run of keys: its run's best, a warp scan
+// of the runs, then the run again from the lanes before it.
+template <int Threads>
+__device__ __forceinline__ void write_prefix_winners(Stage2Shared<Threads>& sh, int n) {
+  static_assert(kEarlyNoise<Threads>, "the early noise, in sorted order");
+  const int lane = threadIdx.x & 31;
+  const int per = (n + 31) >> 5;
+  const int begin = min(n, lane * per), end = min(n, begin + per);
+  auto draw = [&](int i) {
+    return ArgMaxD{static_cast<double>(detail::key_value(sh.sorted[i])) + sh.early.noise[i],
+                   detail::key_token(sh.sorted[i])};
+  };
+  ArgMaxD run{0.0, -1};
+  for (int i = begin; i < end; ++i) run = better(run, draw(i));
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const ArgMaxD up{__shfl_up_sync(0xFFFFFFFFu, run.score, o), __shfl_up_sync(0xFFFFFFFFu, run.token, o)};
+    if (lane >= o) run = better(run, up);
+  }
+  ArgMaxD best{__shfl_up_sync(0xFFFFFFFFu, run.score, 1), __shfl_up_sync(0xFFFFFFFFu, run.token, 1)};
+  if (lane == 0) best.token = -1;
+  for (int i = begin; i < end; ++i) {
+    best = better(best, draw(i));
+    sh.early.winner[i] = best.token;
+  }
 }
 
 }  // namespace sonic::cuda

@@ -261,20 +261,35 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     if (n > kGatherCap || n < min(n_top, sh.valid)) {
       exact = true;
     } else {
-      double e[kScanItems<Threads>];
-#pragma unroll
-      for (int q = 0; q < kScanItems<Threads>; ++q) {
-        const int i = tid * kScanItems<Threads> + q;
-        e[q] = i < n ? exp(static_cast<double>(detail::key_value(sh.sorted[i])) - static_cast<double>(zm)) : 0.0;
+      // A short prefix (the common case) in wide blocks: two warps and one barrier, warp 0 its mass
+      // and then thread 0 the decision, warp 1 its noise in sorted order and the draw's winners
+      // (stage2_prefix.cuh). Longer ones: a block scan, a barrier, then the same.
+      bool by_warps = false;
+      if constexpr (kEarlyNoise<Threads>) {
+        by_warps = n <= kWarpPrefixKeys;
+        if (by_warps && tid < 64) {
+          if (tid < 32) warp_prefix_mass(sh, n, zm);
+          else sort_noise(sh, n, tid - 32, 32);
+          __syncwarp();
+        }
       }
-      PrefixScan<Threads>(sh.temp.scan).InclusiveSum(e, e);
+      if (!by_warps) {
+        if constexpr (kEarlyNoise<Threads>) sort_noise(sh, n, tid, Threads);
+        double e[kScanItems<Threads>];
 #pragma unroll
-      for (int q = 0; q < kScanItems<Threads>; ++q) {
-        const int i = tid * kScanItems<Threads> + q;
-        if (i < n) sh.cum[i] = e[q];
+        for (int q = 0; q < kScanItems<Threads>; ++q) {
+          const int i = tid * kScanItems<Threads> + q;
+          e[q] = i < n ? exp(static_cast<double>(detail::key_value(sh.sorted[i])) - static_cast<double>(zm)) : 0.0;
+        }
+        PrefixScan<Threads>(sh.temp.scan).InclusiveSum(e, e);
+#pragma unroll
+        for (int q = 0; q < kScanItems<Threads>; ++q) {
+          const int i = tid * kScanItems<Threads> + q;
+          if (i < n) sh.cum[i] = e[q];
+        }
+        timeline_warp_arrive(kMarkDecided);
+        __syncthreads();
       }
-      timeline_warp_arrive(kMarkDecided);
-      __syncthreads();
       if (tid == 0) {
         // A prefix that is the whole row has the reference's mass exactly (stage 1's is of x: see
         // decide_kept); the logprobs divide by it.
@@ -283,6 +298,8 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
         sh.band_below = 0;
         sh.kept = decide_kept(p, V, zm, zl, n, sh.valid, sh, &sh.band_lo, &sh.band_hi);
       }
+      if constexpr (kEarlyNoise<Threads>)
+        if (tid / 32 == 1 && n > 0 && !correction_only) write_prefix_winners(sh, n);
       timeline_stamp(kValueDecided);
       __syncthreads();
       timeline_mark(kMarkDecided);
@@ -306,11 +323,15 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
       }
       if (kept > 0 && !correction_only) {
         // Gumbel-max over the kept set, noise in double exactly as the reference draws it.
-        const uint32_t purpose = detail::purpose(detail::Draw::kSampling, pro.position);
-        const uint64_t step = tab.step[slot];
-        ArgMaxD local{0.0, -1};
-        for (int i = tid; i < kept; i += Threads) local = better(local, prefix_draw(sh, p.seed, step, purpose, i));
-        token = block_best<Threads>(local, sh.temp.best).token;
+        if constexpr (kEarlyNoise<Threads>) {
+          token = sh.early.winner[kept - 1];  // write_prefix_winners, before the decision's barrier
+        } else {
+          const uint32_t purpose = detail::purpose(detail::Draw::kSampling, pro.position);
+          const uint64_t step = tab.step[slot];
+          ArgMaxD local{0.0, -1};
+          for (int i = tid; i < kept; i += Threads) local = better(local, prefix_draw(sh, p.seed, step, purpose, i));
+          token = block_best<Threads>(local, sh.temp.best).token;
+        }
         timeline_mark(kMarkSampled);
       }
     }

@@ -19,6 +19,7 @@ constexpr int kScanItems = (kGatherCap + Threads - 1) / Threads;  // prefix keys
 // warp add Threads / 32 values a lane one after another, a longer chain in a 512-thread block.
 template <int Threads>
 using PrefixScan = cub::BlockScan<double, Threads, cub::BLOCK_SCAN_WARP_SCANS>;
+constexpr int32_t kWarpPrefixKeys = 128;  // wide blocks decide prefixes this short in two warps
 constexpr int32_t kShortPrefixCheck = 256;  // prefixes longer than this are checked for mass first
 constexpr int32_t kMassCutMin = 256;  // top-p-alone rows with more candidates at the bound cut them by mass
 
@@ -32,7 +33,10 @@ struct Stage2Shared {
   union {
     unsigned long long gathered[kBoundCap];  // x keys at or above the row's bound
     struct {  // once the prefix is staged (gathered is read no more): the draw's noise, early
-      double staged_noise[kGatherCap];  // of staged[i]
+      union {
+        double staged_noise[kGatherCap];  // of staged[i]
+        int32_t winner[kGatherCap];       // once noise is sorted: the draw's token over sorted[0, i]
+      };
       double noise[kGatherCap];         // of sorted[i]
       int32_t rank[kGatherCap];         // staged[i] is sorted[rank[i]]
     } early;
