@@ -237,7 +237,7 @@ __device__ __forceinline__ void sort_noise(Stage2Shared<Threads>& sh, int n, int
 // barrier and the warps' totals (0.39 us in a 512-thread block, perf-notes v3.20).
 template <int Threads>
 __device__ __forceinline__ void warp_prefix_mass(Stage2Shared<Threads>& sh, int n, float zm) {
-  constexpr int kPer = kWarpPrefixKeys / 32;
+  constexpr int kPer = kWarpPrefixKeys > 0 ? kWarpPrefixKeys / 32 : 1;
   const int first = (threadIdx.x & 31) * kPer;
   double e[kPer];
   double own = 0.0;

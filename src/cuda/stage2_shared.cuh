@@ -19,7 +19,13 @@ constexpr int kScanItems = (kGatherCap + Threads - 1) / Threads;  // prefix keys
 // warp add Threads / 32 values a lane one after another, a longer chain in a 512-thread block.
 template <int Threads>
 using PrefixScan = cub::BlockScan<double, Threads, cub::BLOCK_SCAN_WARP_SCANS>;
-constexpr int32_t kWarpPrefixKeys = 128;  // wide blocks decide prefixes this short in two warps
+// Wide blocks decide prefixes this short in two warps (a multiple of 32; 0: always the block scan,
+// stage1_variants.sh passes -DSONIC_WARP_PREFIX_KEYS=0 to time the two routes side by side).
+#ifndef SONIC_WARP_PREFIX_KEYS
+#define SONIC_WARP_PREFIX_KEYS 128
+#endif
+constexpr int32_t kWarpPrefixKeys = SONIC_WARP_PREFIX_KEYS;
+static_assert(kWarpPrefixKeys % 32 == 0 && kWarpPrefixKeys <= kGatherCap, "whole lanes of keys");
 constexpr int32_t kShortPrefixCheck = 256;  // prefixes longer than this are checked for mass first
 constexpr int32_t kMassCutMin = 256;  // top-p-alone rows with more candidates at the bound cut them by mass
 
