@@ -27,6 +27,12 @@ struct SampleNoise {
 template <int Threads>
 constexpr bool kEarlyNoise = Threads > kFastThreads;
 
+// A z key's mass against the row's maximum zm, exp(z - zm) in double: one expression for the
+// prefix's sums (both routes of the decision), its mass check and the kept set's probabilities.
+__device__ __forceinline__ double key_mass(unsigned long long zkey, float zm) {
+  return exp(static_cast<double>(detail::key_value(zkey)) - static_cast<double>(zm));
+}
+
 // Warp 0 (the whole block calls it): the first of Threads bins whose cumulative sum from bin 0
 // reaches target, b, gives *tau = mx - (b + 1 + extra) / scale, at least xb; with no such bin,
 // *tau = xb. (A lane's total reaches the target where its bins' running sum, rounded otherwise,
@@ -165,7 +171,7 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
     __syncthreads();
     double m = 0.0;
     for (int i = tid; i < n; i += Threads)
-      m += exp(static_cast<double>(detail::key_value(sh.staged[i])) - static_cast<double>(zm));
+      m += key_mass(sh.staged[i], zm);
     m = warp_sum(m);
     if ((tid & 31) == 0) atomicAdd(&sh.staged_sum, m);
     __syncthreads();
@@ -244,7 +250,7 @@ __device__ __forceinline__ void warp_prefix_mass(Stage2Shared<Threads>& sh, int 
 #pragma unroll
   for (int q = 0; q < kPer; ++q) {
     const int i = first + q;
-    own += i < n ? exp(static_cast<double>(detail::key_value(sh.sorted[i])) - static_cast<double>(zm)) : 0.0;
+    own += i < n ? key_mass(sh.sorted[i], zm) : 0.0;
     e[q] = own;
   }
   const double incl = warp_inclusive_sum(own);

@@ -279,7 +279,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
 #pragma unroll
         for (int q = 0; q < kScanItems<Threads>; ++q) {
           const int i = tid * kScanItems<Threads> + q;
-          e[q] = i < n ? exp(static_cast<double>(detail::key_value(sh.sorted[i])) - static_cast<double>(zm)) : 0.0;
+          e[q] = i < n ? key_mass(sh.sorted[i], zm) : 0.0;
         }
         PrefixScan<Threads>(sh.temp.scan).InclusiveSum(e, e);
 #pragma unroll
@@ -366,9 +366,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
       ids[i] = have ? detail::key_token(sh.sorted[i]) : -1;
       float prob = 0.0f;
       if (have)
-        prob = pro.greedy ? 1.0f
-                          : static_cast<float>(exp(static_cast<double>(detail::key_value(sh.sorted[i])) - static_cast<double>(zm)) /
-                                               kept_sum);
+        prob = pro.greedy ? 1.0f : static_cast<float>(key_mass(sh.sorted[i], zm) / kept_sum);
       probs[i] = prob;
     }
   }
@@ -405,8 +403,7 @@ __device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro
   const int32_t dj = j < w.n ? v.draft_tokens[d] : -1;
   const bool strict = pro.greedy || w.rule == static_cast<int32_t>(VerifyRule::kStrict);
   auto prob = [&](int i) {  // p_j of the i-th kept token, fp32 as the reference casts it
-    return static_cast<float>(exp(static_cast<double>(detail::key_value(sh.sorted[i])) - static_cast<double>(zm)) /
-                              kept_sum);
+    return static_cast<float>(key_mass(sh.sorted[i], zm) / kept_sum);
   };
   // Gumbel-max over the kept set with kind-2 noise at the row's position j; `score_of` gives the
   // base score of kept token i (or -inf to leave it out).
