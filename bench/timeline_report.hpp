@@ -201,8 +201,11 @@ inline Phases phases_of(const std::vector<unsigned long long>& fast, const std::
     };
     if (wide_last < kTimelineWarpBlocks) {
       for (const auto& [m, from] : kWarpStamped) warp_spread(m, at(wide, wide_last, from), &p.warp_first[m], &p.warp_last[m]);
-      for (int q = 0; q < kTimelineWarpPoints; ++q)
-        warp_spread(kTimelineMarks + q, at(wide, wide_last, kMarkStage2), &p.point_first[q], &p.point_last[q]);
+      // Each point after the start of its phase: merge, then sorted (noise), then decided.
+      for (int q = 0; q < kTimelineWarpPoints; ++q) {
+        const int from = q < sonic::cuda::kMergePoints ? kMarkStage2 : q == sonic::cuda::kPointNoiseDrawn ? kMarkStaged : kMarkGathered;
+        warp_spread(kTimelineMarks + q, at(wide, wide_last, from), &p.point_first[q], &p.point_last[q]);
+      }
     }
   }
   p.request = median(request);
@@ -341,11 +344,17 @@ void report(const std::string& label, int calls, int nbuf, Call call) {
     }
     std::printf(" the bin found %.2f, the kept set decided %.2f\n", field(&Phases::bin_found), field(&Phases::decided));
     std::printf("  its merge phase, warp by warp (first / last warp after the phase's start):");
-    for (int q = 0; q < sonic::cuda::kTimelineWarpPoints; ++q)
-      std::printf(" %s %.2f / %.2f%s", sonic::cuda::kTimelineWarpPointNames[q],
-                  med([q](const Phases& p) { return p.point_first[q]; }),
-                  med([q](const Phases& p) { return p.point_last[q]; }), q + 1 < sonic::cuda::kTimelineWarpPoints ? "," : "");
+    auto points = [&](int from, int to) {
+      for (int q = from; q < to; ++q)
+        std::printf(" %s %.2f / %.2f%s", sonic::cuda::kTimelineWarpPointNames[q],
+                    med([q](const Phases& p) { return p.point_first[q]; }),
+                    med([q](const Phases& p) { return p.point_last[q]; }), q + 1 < to ? "," : "");
+    };
+    points(0, sonic::cuda::kMergePoints);
     std::printf(" (statistics to sums: warp 0; the others: the listing warps)\n");
+    std::printf("  its sorted and decided phases (first / last warp after the phase's start):");
+    points(sonic::cuda::kMergePoints, sonic::cuda::kTimelineWarpPoints);
+    std::printf(" (noise: the warps with noise threads; masses: warp 0; winners: warp 1)\n");
   }
   std::printf("  exact kernel: first block starts +%.2f, last leaves +%.2f\n", field(&Phases::exact_start),
               field(&Phases::exact_end));

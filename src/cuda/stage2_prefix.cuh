@@ -17,15 +17,39 @@ namespace sonic::cuda {
 
 // A row's sampling noise: token t's is gumbel_exact(seed, step, purpose, t). Blocks wider than the
 // fast kernel's compute it for the whole prefix in their idle warps while others sort it (on = true),
-// into sh.early.noise, so that the draw after the decision is a reduction.
+// into sh.early.noise, so that the draw after the decision is a reduction; short prefixes also get
+// their masses against zm there (early_masses).
 struct SampleNoise {
   bool on;
   uint64_t seed;
   uint64_t step;
   uint32_t purpose;
+  float zm;  // the row's largest z
 };
 template <int Threads>
 constexpr bool kEarlyNoise = Threads > kFastThreads;
+
+// Lanes that rank each key of a prefix of n keys in wide blocks (gather_prefix's rank_in_lanes):
+// four where the 4n ranking lanes, the n threads of the noise and the n of the masses (early_masses)
+// fit the block (top-k 50: about 66 keys), two where 2n, n and n do (top-k 100: about 117 keys, which
+// one thread a key ranked in a chain of 117 shared loads, 2.6 us of the mix's slowest row in
+// v3.39's timeline).
+template <int Threads>
+__device__ __forceinline__ int rank_lanes(int n) {
+  if (Threads <= kFastThreads) return 1;
+  return 6 * n <= Threads ? 4 : 3 * n <= Threads ? 2 : 1;
+}
+
+// Whether a prefix of n keys has its masses computed while it is sorted, one a thread by the
+// threads between the ranking lanes and the noise's: those stage2_row decides in two warps, so that
+// warp 0's sums start from shared loads, not from a chain of double exps (four a lane, one after
+// another: ptxas does not interleave exp's branches).
+template <int Threads>
+__device__ __forceinline__ bool early_masses(int n) {
+  // rank_lanes leaves (lanes + 2) n <= Threads for every such n: two lanes a key from 6n > Threads.
+  static_assert(!kEarlyNoise<Threads> || 4 * kWarpPrefixKeys <= Threads, "a thread a key for the masses");
+  return kEarlyNoise<Threads> && n <= kWarpPrefixKeys;
+}
 
 // A z key's mass against the row's maximum zm, exp(z - zm) in double: one expression for the
 // prefix's sums (both routes of the decision), its mass check and the kept set's probabilities.
@@ -33,10 +57,10 @@ __device__ __forceinline__ double key_mass(unsigned long long zkey, float zm) {
   return exp(static_cast<double>(detail::key_value(zkey)) - static_cast<double>(zm));
 }
 
-// Warp 0 (the whole block calls it): the first of Threads bins whose cumulative sum from bin 0
-// reaches target, b, gives *tau = mx - (b + 1 + extra) / scale, at least xb; with no such bin,
-// *tau = xb. (A lane's total reaches the target where its bins' running sum, rounded otherwise,
-// may not: its last bin is the default.)
+// Warp 0 (the whole block calls it): the first of Threads bins (bin b at bins[bin_slot(b)]) whose
+// cumulative sum from bin 0 reaches target, b, gives *tau = mx - (b + 1 + extra) / scale, at least
+// xb; with no such bin, *tau = xb. (A lane's total reaches the target where its bins' running sum,
+// rounded otherwise, may not: its last bin is the default.)
 template <int Threads, class V>
 __device__ __forceinline__ void tau_at_bin(const V* bins, V target, int extra, float mx, float xb, float scale,
                                            float* tau) {
@@ -45,7 +69,7 @@ __device__ __forceinline__ void tau_at_bin(const V* bins, V target, int extra, f
   constexpr int kPer = Threads / 32;
   V c[kPer], own = 0;
 #pragma unroll
-  for (int q = 0; q < kPer; ++q) own += (c[q] = bins[lane * kPer + q]);
+  for (int q = 0; q < kPer; ++q) own += (c[q] = bins[bin_slot<Threads>(lane * kPer + q)]);
   const V incl = warp_inclusive_sum(own);
   const unsigned reach = __ballot_sync(0xFFFFFFFFu, incl >= target);
   if (!reach) {
@@ -129,15 +153,15 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
   const bool by_count = want > 0 && n_bound > want + kTopKSlack + 64;
   const bool by_mass = !by_count && need_mass > 0.0 && n_bound > kMassCutMin;
   if ((by_count || by_mass) && bound && mx < INFINITY && bins_resolve(mx, xb, Threads)) {
-    if (by_mass) sh.bins.mass[tid] = 0.0f;
-    else sh.bins.count[tid] = 0;
+    if (by_mass) sh.bins.mass[bin_slot<Threads>(tid)] = 0.0f;
+    else sh.bins.count[bin_slot<Threads>(tid)] = 0;
     __syncthreads();
     const float scale = static_cast<float>(Threads) / (mx - xb);
     const float to_base2 = 1.4426950408889634f / T;
     for_each_candidate([&](unsigned long long key, bool listed) {
       if (!listed) return;
       const float x = detail::key_value(key);
-      const int b = min(Threads - 1, static_cast<int>((mx - x) * scale));
+      const int b = bin_slot<Threads>(min(Threads - 1, static_cast<int>((mx - x) * scale)));
       if (by_mass) atomicAdd(&sh.bins.mass[b], exp2f((x - mx) * to_base2));
       else atomicAdd(&sh.bins.count[b], 1);
     });
@@ -204,12 +228,10 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
       for (int o = 1; o < L; o <<= 1) pos += __shfl_xor_sync(0xFFFFFFFFu, pos, o);
       if (i < n && part == 0) place(i, pos);
     };
-    // Four lanes a key where 4n keys' lanes and the n noise threads fit the block (top-k 50: about 66
-    // keys); two where 2n and n do (top-k 100: about 117 keys, which one thread a key ranked in a
-    // chain of 117 shared loads, 2.6 us of the mix's slowest row in v3.39's timeline).
-    if (Threads > kFastThreads && 5 * n <= Threads) {
+    const int lanes = rank_lanes<Threads>(n);
+    if (lanes == 4) {
       rank_in_lanes(std::integral_constant<int, 4>{});
-    } else if (Threads > kFastThreads && 3 * n <= Threads) {
+    } else if (lanes == 2) {
       rank_in_lanes(std::integral_constant<int, 2>{});
     } else {
       for (int i = tid; i < n; i += Threads) {
@@ -219,12 +241,21 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
         place(i, pos);
       }
     }
-    // Meanwhile the block's last threads (the prefix is short: about 70 keys, so the sort takes the
-    // first 4n) draw every prefix token's noise, the draw's long dependent chain.
+    // Meanwhile the block's last n threads (the prefix is short: about 70 keys, so the sort takes
+    // the first 4n) draw every prefix token's noise, the draw's long dependent chain, and for prefixes
+    // decided by two warps the n threads after the ranking lanes the keys' masses.
     if constexpr (kEarlyNoise<Threads>)
-      if (noise.on)
+      if (noise.on) {
         for (int i = Threads - 1 - tid; i < n; i += Threads)
           sh.early.staged_noise[i] = gumbel_exact(noise.seed, noise.step, noise.purpose, detail::key_token(sh.staged[i]));
+        const int i = tid - lanes * n;
+        if (early_masses<Threads>(n) && i >= 0 && i < n) sh.early.staged_mass[i] = key_mass(sh.staged[i], noise.zm);
+#if SONIC_TIMELINE
+        if (Threads - 32 * (tid / 32 + 1) < n)  // the warp has noise threads: the last to draw
+          timeline_warp_point(kPointNoiseDrawn,
+                              __ballot_sync(0xFFFFFFFFu, Threads - 1 - tid < n && sh.early.staged_noise[Threads - 1 - tid] > 0.0));
+#endif
+      }
   }
   timeline_warp_arrive(kMarkGathered);
   __syncthreads();
@@ -238,19 +269,82 @@ __device__ __forceinline__ void sort_noise(Stage2Shared<Threads>& sh, int n, int
   for (int i = first; i < n; i += stride) sh.early.noise[sh.early.rank[i]] = sh.early.staged_noise[i];
 }
 
+// decide_kept's two searches over the sorted prefix sh.sorted[0, n) (z descending) and its sums
+// sh.cum: count_at_least(c), the number of keys whose z reaches c; crossing(target, lim), the first
+// index below lim (<= n) whose sum reaches target, or lim. ThreadPrefixSearch: one thread, by binary
+// search, a chain of dependent shared loads (the fast kernel's stage 2).
+template <int Threads>
+struct ThreadPrefixSearch {
+  const Stage2Shared<Threads>& sh;
+  int n;
+  __device__ __forceinline__ int count_at_least(float c) const {
+    int lo = 0, hi = n;
+    while (lo < hi) {
+      const int mid = (lo + hi) >> 1;
+      if (detail::key_value(sh.sorted[mid]) >= c) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+  }
+  __device__ __forceinline__ int crossing(double target, int lim) const {
+    int lo = 0, hi = lim;
+    while (lo < hi) {
+      const int mid = (lo + hi) >> 1;
+      if (sh.cum[mid] >= target) hi = mid; else lo = mid + 1;
+    }
+    return lo;
+  }
+};
+
+// The same searches by a whole warp (wide blocks): 32 keys a ballot, in order (about 70 keys: three
+// ballots). The count is the binary search's; the crossing is the first index whose sum reaches the
+// target, which is the binary search's wherever the sums do not step down (a scan's rounding can,
+// by an ulp).
+template <int Threads>
+struct WarpPrefixSearch {
+  const Stage2Shared<Threads>& sh;
+  int n;
+  __device__ __forceinline__ int count_at_least(float c) const {
+    const int lane = threadIdx.x & 31;
+    int count = 0;
+    for (int i0 = 0; i0 < n; i0 += 32) {
+      const int i = i0 + lane;
+      const unsigned at_least = __ballot_sync(0xFFFFFFFFu, i < n && detail::key_value(sh.sorted[i]) >= c);
+      count += __popc(at_least);
+      if (at_least != 0xFFFFFFFFu) break;  // z descends: none further
+    }
+    return count;
+  }
+  __device__ __forceinline__ int crossing(double target, int lim) const {
+    const int lane = threadIdx.x & 31;
+    for (int i0 = 0; i0 < lim; i0 += 32) {
+      const int i = i0 + lane;
+      const unsigned reach = __ballot_sync(0xFFFFFFFFu, i < lim && sh.cum[i] >= target);
+      if (reach) return i0 + __ffs(reach) - 1;
+    }
+    return lim;
+  }
+};
+
 // Warp 0, for a prefix of n <= kWarpPrefixKeys keys: sh.cum, its inclusive masses exp(z - zm) in
 // double, in four keys a lane and one warp scan, where the block scan took a scan in each warp, a
-// barrier and the warps' totals (0.39 us in a 512-thread block, perf-notes v3.20).
+// barrier and the warps' totals (0.39 us in a 512-thread block, perf-notes v3.20). The masses are
+// gather_prefix's (early_masses), moved into sorted order first (into sh.cum, which shares the
+// staged keys' storage: they are read no more). A __syncwarp before sh.cum is read.
 template <int Threads>
-__device__ __forceinline__ void warp_prefix_mass(Stage2Shared<Threads>& sh, int n, float zm) {
+__device__ __forceinline__ void warp_prefix_mass(Stage2Shared<Threads>& sh, int n) {
+  static_assert(kEarlyNoise<Threads>, "the early masses");
   constexpr int kPer = kWarpPrefixKeys > 0 ? kWarpPrefixKeys / 32 : 1;
   const int first = (threadIdx.x & 31) * kPer;
+#pragma unroll
+  for (int q = 0; q < kPer; ++q)
+    if (first + q < n) sh.cum[sh.early.rank[first + q]] = sh.early.staged_mass[first + q];
+  __syncwarp();
   double e[kPer];
   double own = 0.0;
 #pragma unroll
   for (int q = 0; q < kPer; ++q) {
     const int i = first + q;
-    own += i < n ? key_mass(sh.sorted[i], zm) : 0.0;
+    own += i < n ? sh.cum[i] : 0.0;
     e[q] = own;
   }
   const double incl = warp_inclusive_sum(own);
@@ -259,6 +353,7 @@ __device__ __forceinline__ void warp_prefix_mass(Stage2Shared<Threads>& sh, int 
 #pragma unroll
   for (int q = 0; q < kPer; ++q)
     if (first + q < n) sh.cum[first + q] = before + e[q];
+  timeline_warp_point(kPointMassesSummed, static_cast<unsigned>(__double2loint(before + e[kPer - 1])));
 }
 
 // Wide blocks, one warp, while thread 0 decides the kept set: sh.early.winner[i] gets the token
@@ -278,16 +373,16 @@ __device__ __forceinline__ void write_prefix_winners(Stage2Shared<Threads>& sh, 
                    detail::key_token(sh.sorted[i])};
   };
   ArgMaxD run{0.0, -1};
-  for (int i = begin; i < end; ++i) run = better(run, draw(i));
+  for (int i = begin; i < end; ++i) run = better_select(run, draw(i));
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
     const ArgMaxD up{__shfl_up_sync(0xFFFFFFFFu, run.score, o), __shfl_up_sync(0xFFFFFFFFu, run.token, o)};
-    if (lane >= o) run = better(run, up);
+    run = better_select(run, up);  // lanes below o get their own pair back: no change
   }
   ArgMaxD best{__shfl_up_sync(0xFFFFFFFFu, run.score, 1), __shfl_up_sync(0xFFFFFFFFu, run.token, 1)};
   if (lane == 0) best.token = -1;
   for (int i = begin; i < end; ++i) {
-    best = better(best, draw(i));
+    best = better_select(best, draw(i));
     sh.early.winner[i] = best.token;
   }
 }

@@ -26,34 +26,20 @@
 namespace sonic::cuda {
 
 // Steps 6-8 on the sorted prefix sh.sorted[0, n) of the row's total order (every other valid token
-// has z <= zl < every prefix z). Returns the size of the kept set (a prefix), or -1 when the kept set
-// or a quantity that decides it lies beyond the prefix. Where only the top-p margin leaves it open,
-// *band_lo and *band_hi get the sizes at either end of the margin (both in the prefix).
-template <int Threads>
+// has z <= zl < every prefix z), with sum_all the row's mass and `search` the prefix's searches
+// (ThreadPrefixSearch, or WarpPrefixSearch with the whole warp calling). Returns the size of the kept set
+// (a prefix), or -1 when the kept set or a quantity that decides it lies beyond the prefix. Where
+// only the top-p margin leaves it open, *band_lo and *band_hi get the sizes at either end of the
+// margin (both in the prefix).
+template <int Threads, class Search>
 __device__ __forceinline__ int decide_kept(const SlotParams& p, int32_t V, float zm, float zl, int n, int valid,
-                                           const Stage2Shared<Threads>& sh, int32_t* band_lo, int32_t* band_hi) {
+                                           const double& sum_all, const Search& search, const Stage2Shared<Threads>& sh,
+                                           int32_t* band_lo, int32_t* band_hi) {
   if (n == 0) return -1;
   const bool complete = n == valid;  // the prefix is the whole row
   const bool top_k_on = detail::top_k_cuts(p.top_k, V);
-  auto z_at = [&](int i) { return detail::key_value(sh.sorted[i]); };
-  // First index in [0, n) whose z is below c (the prefix is sorted by z descending).
-  auto count_at_least = [&](float c) {
-    int lo = 0, hi = n;
-    while (lo < hi) {
-      const int mid = (lo + hi) >> 1;
-      if (z_at(mid) >= c) lo = mid + 1; else hi = mid;
-    }
-    return lo;
-  };
-  // First index in [0, lim) whose cumulative mass reaches target, or lim.
-  auto crossing = [&](double target, int lim) {
-    int lo = 0, hi = lim;
-    while (lo < hi) {
-      const int mid = (lo + hi) >> 1;
-      if (sh.cum[mid] >= target) hi = mid; else lo = mid + 1;
-    }
-    return lo;
-  };
+  auto count_at_least = [&](float c) { return search.count_at_least(c); };
+  auto crossing = [&](double target, int lim) { return search.crossing(target, lim); };
   // Step 6: the survivors of min-p, a prefix of `surv` tokens (known when its end is inside the
   // prefix, or when nothing beyond the prefix can reach the cut).
   int surv = valid;
@@ -76,7 +62,7 @@ __device__ __forceinline__ int decide_kept(const SlotParams& p, int32_t V, float
   const bool joint = p.flags & kSlotTopPJoint;
   const bool all_survive = p.min_p <= 0.0f && !top_k_on;
   double total;
-  if (joint || all_survive) total = sh.sum_all;
+  if (joint || all_survive) total = sum_all;
   else if (keep_known && keep <= n) total = sh.cum[keep - 1];
   else return -1;
   if (joint || all_survive) {
@@ -248,7 +234,8 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     // kind-0 draw is skipped.
     const SampleNoise noise{kEarlyNoise<Threads>, p.seed, kEarlyNoise<Threads> ? tab.step[slot] : 0ull,
                             correction_only ? detail::purpose(detail::Draw::kCorrection, static_cast<uint32_t>(w.j))
-                                            : detail::purpose(detail::Draw::kSampling, pro.position)};
+                                            : detail::purpose(detail::Draw::kSampling, pro.position),
+                            zm};
     // Top-p alone (every valid token survives steps 6-7): the kept set lies in the prefix only if its
     // mass reaches decide_kept's target, top_p * sum_all; 1e-9 below it covers the sums' orders.
     const bool top_p_alone = p.top_p < 1.0f && p.min_p <= 0.0f && !top_k_on && n_top == 0;
@@ -268,7 +255,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
       if constexpr (kEarlyNoise<Threads>) {
         by_warps = kWarpPrefixKeys > 0 && n <= kWarpPrefixKeys;
         if (by_warps && tid < 64) {
-          if (tid < 32) warp_prefix_mass(sh, n, zm);
+          if (tid < 32) warp_prefix_mass(sh, n);
           else sort_noise(sh, n, tid - 32, 32);
           __syncwarp();
         }
@@ -290,16 +277,39 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
         timeline_warp_arrive(kMarkDecided);
         __syncthreads();
       }
-      if (tid == 0) {
-        // A prefix that is the whole row has the reference's mass exactly (stage 1's is of x: see
-        // decide_kept); the logprobs divide by it.
+      // A prefix that is the whole row has the reference's mass exactly (stage 1's is of x: see
+      // decide_kept); the logprobs divide by it.
+      if constexpr (kEarlyNoise<Threads>) {
+        // Wide blocks: warp 0 decides, by ballots where one thread searched (WarpPrefixSearch).
+        if (tid < 32) {
+          const double sum_all = n > 0 && n == sh.valid ? sh.cum[n - 1] : sh.sum_all;
+          int32_t lo = 0, hi = 0;
+          const int decided = decide_kept(p, V, zm, zl, n, sh.valid, sum_all, WarpPrefixSearch<Threads>{sh, n}, sh,
+                                          &lo, &hi);
+          __syncwarp();  // every lane has read sh.sum_all
+          if (tid == 0) {
+            sh.sum_all = sum_all;
+            sh.band_lo = lo;
+            sh.band_hi = hi;
+            sh.band_below = 0;
+            sh.kept = decided;
+          }
+        }
+      } else if (tid == 0) {
         if (n > 0 && n == sh.valid) sh.sum_all = sh.cum[n - 1];
         sh.band_lo = sh.band_hi = 0;
         sh.band_below = 0;
-        sh.kept = decide_kept(p, V, zm, zl, n, sh.valid, sh, &sh.band_lo, &sh.band_hi);
+        sh.kept = decide_kept(p, V, zm, zl, n, sh.valid, sh.sum_all, ThreadPrefixSearch<Threads>{sh, n}, sh,
+                              &sh.band_lo, &sh.band_hi);
       }
       if constexpr (kEarlyNoise<Threads>)
-        if (tid / 32 == 1 && n > 0 && !correction_only) write_prefix_winners(sh, n);
+        if (tid / 32 == 1 && n > 0 && !correction_only) {
+          write_prefix_winners(sh, n);
+#if SONIC_TIMELINE
+          __syncwarp();
+          timeline_warp_point(kPointWinnersWritten, static_cast<unsigned>(sh.early.winner[n - 1]));
+#endif
+        }
       timeline_stamp(kValueDecided);
       __syncthreads();
       timeline_mark(kMarkDecided);

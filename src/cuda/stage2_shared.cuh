@@ -29,6 +29,17 @@ static_assert(kWarpPrefixKeys % 32 == 0 && kWarpPrefixKeys <= kGatherCap, "whole
 constexpr int32_t kShortPrefixCheck = 256;  // prefixes longer than this are checked for mass first
 constexpr int32_t kMassCutMin = 256;  // top-p-alone rows with more candidates at the bound cut them by mass
 
+// Where bin b of gather_prefix's histogram lies in Stage2Shared::bins. tau_at_bin's lanes each read
+// a run of Threads / 32 bins; in wide blocks a run of 16 words put 16 lanes on each bank, so there a
+// word of padding follows every run and the lanes' loads hit 32 distinct banks. (The fast kernel's
+// runs of 4 conflict 4 ways; its layout is left as it was.)
+template <int Threads>
+constexpr int kBinPad = Threads > kFastThreads ? 1 : 0;
+template <int Threads>
+__device__ __forceinline__ int bin_slot(int b) {
+  return b + kBinPad<Threads> * static_cast<int>(static_cast<unsigned>(b) / (Threads / 32));  // b >= 0
+}
+
 // Stage 2's shared memory for a block of Threads threads.
 template <int Threads>
 struct Stage2Shared {
@@ -45,6 +56,7 @@ struct Stage2Shared {
       };
       double noise[kGatherCap];         // of sorted[i]
       int32_t rank[kGatherCap];         // staged[i] is sorted[rank[i]]
+      double staged_mass[kWarpPrefixKeys > 0 ? kWarpPrefixKeys : 1];  // exp(z - z_max) of staged[i] (early_masses)
     } early;
   };
   unsigned long long sorted[kGatherCap];    // z keys, descending
@@ -75,8 +87,8 @@ struct Stage2Shared {
   int32_t draft_at;  // verification: index of the row's draft token in `sorted` (-1: not kept)
   double kept_sum;
   union {  // gather_prefix's histogram of the candidates below the row's maximum
-    int32_t count[Threads];  // top-k rows: keys a bin
-    float mass[Threads];     // top-p-alone rows: their exp(z - z_max) a bin
+    int32_t count[Threads + 32 * kBinPad<Threads>];  // top-k rows: keys a bin (at bin_slot)
+    float mass[Threads + 32 * kBinPad<Threads>];     // top-p-alone rows: their exp(z - z_max) a bin
   } bins;
   float tau;
   double staged_sum;  // the staged prefix's mass (gather_prefix's short-prefix check)

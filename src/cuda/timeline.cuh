@@ -65,9 +65,9 @@ constexpr int kTimelineBlocks = 8192;  // blocks recorded (the first ones of the
 // or one that the others wait for.
 constexpr int kTimelineWarpBlocks = 256;
 constexpr int kTimelineWarps = 16;
-// Points inside the merge phase that each warp of such a block stamps once the value it waits for
-// has come (timeline_warp_point), kept after the barrier arrivals: which of the phase's dependent
-// steps a warp spends its time on.
+// Points inside a phase that each warp of such a block stamps once the value it waits for has come
+// (timeline_warp_point), kept after the barrier arrivals: which of the phase's dependent steps a warp
+// spends its time on. The merge phase's first, then the sorted and decided phases'.
 enum TimelineWarpPoint : int {
   kPointStatsIn,   // warp 0 holds its chunks' statistics
   kPointMaxima,    // warp 0 has reduced the maxima, counts and the winner
@@ -75,10 +75,15 @@ enum TimelineWarpPoint : int {
   kPointSums,      // warp 0 has the row's sums too (before lane 0's stores to shared memory)
   kPointRunsIn,    // a listing warp holds the row's bound and its runs' counts
   kPointKeysIn,    // a listing warp holds its first batch of keys
+  kPointNoiseDrawn,  // sorted: a warp with noise threads has drawn its keys' noise
+  kPointMassesSummed,  // decided: warp 0 has the prefix's sums (two-warp route)
+  kPointWinnersWritten,  // decided: warp 1 has written the draw's winners
   kTimelineWarpPoints
 };
 constexpr const char* kTimelineWarpPointNames[kTimelineWarpPoints] = {
-    "statistics in", "maxima", "offsets", "sums", "runs known", "first keys in"};
+    "statistics in", "maxima", "offsets", "sums", "runs known", "first keys in",
+    "noise drawn", "masses summed", "winners written"};
+constexpr int kMergePoints = kPointNoiseDrawn;  // the merge phase's points come first
 constexpr int kTimelineWarpRows = kTimelineMarks + kTimelineWarpPoints;  // a warp's stamps: marks, then points
 constexpr int kTimelineWarpColumns = kTimelineWarpRows * kTimelineWarps;  // a block's row: [mark or point][warp]
 
