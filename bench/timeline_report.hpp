@@ -49,8 +49,8 @@ struct Phases {
   // Its merge phase's points (timeline.cuh's TimelineWarpPoint), first and last warp to reach each,
   // after the phase's start (0: none).
   double point_first[sonic::cuda::kTimelineWarpPoints] = {}, point_last[sonic::cuda::kTimelineWarpPoints] = {};
-  // Its serial steps, after their phase's start: warp 0's bin search done (threshold), thread 0's
-  // decision done (decided); 0: not reached.
+  // Its serial steps, after their phase's start: warp 0's bin search done (threshold), the kept set
+  // decided (warp 0's decision; decided); 0: not reached.
   double bin_found = 0, decided = 0;
   // Blocks of each kernel (fast, row_stage2, exact) on the SM of that row's block while its stage 2
   // ran (from its request again to its exit), its own block left out.

@@ -26,11 +26,12 @@
 namespace sonic::cuda {
 
 // Steps 6-8 on the sorted prefix sh.sorted[0, n) of the row's total order (every other valid token
-// has z <= zl < every prefix z), with sum_all the row's mass and `search` the prefix's searches
-// (ThreadPrefixSearch, or WarpPrefixSearch with the whole warp calling). Returns the size of the kept set
-// (a prefix), or -1 when the kept set or a quantity that decides it lies beyond the prefix. Where
-// only the top-p margin leaves it open, *band_lo and *band_hi get the sizes at either end of the
-// margin (both in the prefix).
+// has z <= zl < every prefix z), with sum_all the row's mass (a reference, so that the fast
+// kernel's thread 0 still loads sh.sum_all where it is used) and `search` the prefix's searches
+// (ThreadPrefixSearch, or WarpPrefixSearch with the whole warp calling). Returns the size of the
+// kept set (a prefix), or -1 when the kept set or a quantity that decides it lies beyond the
+// prefix. Where only the top-p margin leaves it open, *band_lo and *band_hi get the sizes at either
+// end of the margin (both in the prefix).
 template <int Threads, class Search>
 __device__ __forceinline__ int decide_kept(const SlotParams& p, int32_t V, float zm, float zl, int n, int valid,
                                            const double& sum_all, const Search& search, const Stage2Shared<Threads>& sh,
@@ -249,7 +250,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
       exact = true;
     } else {
       // A short prefix (the common case) in wide blocks: two warps and one barrier, warp 0 its mass
-      // and then thread 0 the decision, warp 1 its noise in sorted order and the draw's winners
+      // and then the decision, warp 1 its noise in sorted order and the draw's winners
       // (stage2_prefix.cuh). Longer ones: a block scan, a barrier, then the same.
       bool by_warps = false;
       if constexpr (kEarlyNoise<Threads>) {

@@ -54,7 +54,7 @@ enum TimelineValue : int {
   kValueClockExit,
   kValueSm,          // 1 + the SM the block ran on (written at kMarkEntry)
   kValueBinFound,    // stage 2, thread 0's clock (globaltimer) once warp 0 has found the top-k threshold's bin
-  kValueDecided,     // and once thread 0 has decided the kept set (before the barriers that end each phase)
+  kValueDecided,     // and once the kept set is decided (warp 0 in wide blocks; before the barriers that end each phase)
   kTimelineValues
 };
 constexpr int kTimelineColumns = kTimelineMarks + kTimelineValues;  // a block's row of the table
