@@ -18,7 +18,7 @@ namespace sonic::cuda {
 // A row's sampling noise: token t's is gumbel_exact(seed, step, purpose, t). Blocks wider than the
 // fast kernel's compute it for the whole prefix in their idle warps while others sort it (on = true),
 // into sh.early.noise, so that the draw after the decision is a reduction; short prefixes also get
-// their masses against zm there (early_masses).
+// their masses against zm there (decided_by_warps).
 struct SampleNoise {
   bool on;
   uint64_t seed;
@@ -30,7 +30,7 @@ template <int Threads>
 constexpr bool kEarlyNoise = Threads > kFastThreads;
 
 // Lanes that rank each key of a prefix of n keys in wide blocks (gather_prefix's rank_in_lanes):
-// four where the 4n ranking lanes, the n threads of the noise and the n of the masses (early_masses)
+// four where the 4n ranking lanes, the n threads of the noise and the n of the masses (decided_by_warps)
 // fit the block (top-k 50: about 66 keys), two where 2n, n and n do (top-k 100: about 117 keys, which
 // one thread a key ranked in a chain of 117 shared loads, 2.6 us of the mix's slowest row in
 // v3.39's timeline).
@@ -40,15 +40,16 @@ __device__ __forceinline__ int rank_lanes(int n) {
   return 6 * n <= Threads ? 4 : 3 * n <= Threads ? 2 : 1;
 }
 
-// Whether a prefix of n keys has its masses computed while it is sorted, one a thread by the
-// threads between the ranking lanes and the noise's: those stage2_row decides in two warps, so that
-// warp 0's sums start from shared loads, not from a chain of double exps (four a lane, one after
-// another: ptxas does not interleave exp's branches).
+// Whether stage2_row decides a prefix of n keys in two warps (warp 0 its sums and the decision,
+// warp 1 the draw's winners: warp_prefix_mass, write_prefix_winners). Such a prefix also has its
+// masses computed while it is sorted, one a thread by the threads between the ranking lanes and the
+// noise's, so that warp 0's sums start from shared loads, not from a chain of double exps (four a
+// lane, one after another: ptxas does not interleave exp's branches).
 template <int Threads>
-__device__ __forceinline__ bool early_masses(int n) {
+__device__ __forceinline__ bool decided_by_warps(int n) {
   // rank_lanes leaves (lanes + 2) n <= Threads for every such n: two lanes a key from 6n > Threads.
   static_assert(!kEarlyNoise<Threads> || 4 * kWarpPrefixKeys <= Threads, "a thread a key for the masses");
-  return kEarlyNoise<Threads> && n <= kWarpPrefixKeys;
+  return kEarlyNoise<Threads> && kWarpPrefixKeys > 0 && n <= kWarpPrefixKeys;
 }
 
 // A z key's mass against the row's maximum zm, exp(z - zm) in double: one expression for the
@@ -249,7 +250,7 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
         for (int i = Threads - 1 - tid; i < n; i += Threads)
           sh.early.staged_noise[i] = gumbel_exact(noise.seed, noise.step, noise.purpose, detail::key_token(sh.staged[i]));
         const int i = tid - lanes * n;
-        if (early_masses<Threads>(n) && i >= 0 && i < n) sh.early.staged_mass[i] = key_mass(sh.staged[i], noise.zm);
+        if (decided_by_warps<Threads>(n) && i >= 0 && i < n) sh.early.staged_mass[i] = key_mass(sh.staged[i], noise.zm);
 #if SONIC_TIMELINE
         if (Threads - 32 * (tid / 32 + 1) < n)  // the warp has noise threads: the last to draw
           timeline_warp_point(kPointNoiseDrawn,
@@ -328,7 +329,7 @@ struct WarpPrefixSearch {
 // Warp 0, for a prefix of n <= kWarpPrefixKeys keys: sh.cum, its inclusive masses exp(z - zm) in
 // double, in four keys a lane and one warp scan, where the block scan took a scan in each warp, a
 // barrier and the warps' totals (0.39 us in a 512-thread block, perf-notes v3.20). The masses are
-// gather_prefix's (early_masses), moved into sorted order first (into sh.cum, which shares the
+// gather_prefix's (decided_by_warps), moved into sorted order first (into sh.cum, which shares the
 // staged keys' storage: they are read no more). A __syncwarp before sh.cum is read.
 template <int Threads>
 __device__ __forceinline__ void warp_prefix_mass(Stage2Shared<Threads>& sh, int n) {
@@ -356,7 +357,7 @@ __device__ __forceinline__ void warp_prefix_mass(Stage2Shared<Threads>& sh, int 
   timeline_warp_point(kPointMassesSummed, static_cast<unsigned>(__double2loint(before + e[kPer - 1])));
 }
 
-// Wide blocks, one warp, while thread 0 decides the kept set: sh.early.winner[i] gets the token
+// Wide blocks, one warp, while warp 0 decides the kept set: sh.early.winner[i] gets the token
 // that wins the draw over the sorted prefix's first i + 1 keys (prefix_draw's scores, early noise),
 // so that the draw after the decision is one shared load whatever the kept size, where a block
 // reduction (a barrier and two warp butterflies) ended the row's chain. The winner of a total order

@@ -254,7 +254,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
       // (stage2_prefix.cuh). Longer ones: a block scan, a barrier, then the same.
       bool by_warps = false;
       if constexpr (kEarlyNoise<Threads>) {
-        by_warps = kWarpPrefixKeys > 0 && n <= kWarpPrefixKeys;
+        by_warps = decided_by_warps<Threads>(n);
         if (by_warps && tid < 64) {
           if (tid < 32) warp_prefix_mass(sh, n);
           else sort_noise(sh, n, tid - 32, 32);

@@ -56,7 +56,7 @@ struct Stage2Shared {
       };
       double noise[kGatherCap];         // of sorted[i]
       int32_t rank[kGatherCap];         // staged[i] is sorted[rank[i]]
-      double staged_mass[kWarpPrefixKeys > 0 ? kWarpPrefixKeys : 1];  // exp(z - z_max) of staged[i] (early_masses)
+      double staged_mass[kWarpPrefixKeys > 0 ? kWarpPrefixKeys : 1];  // exp(z - z_max) of staged[i] (decided_by_warps)
     } early;
   };
   unsigned long long sorted[kGatherCap];    // z keys, descending
