@@ -69,12 +69,16 @@ inline double percentile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
 }
 
-// The phases that end in a barrier with warp stamps, and the thread-0 mark each starts at.
+// The phases that end in a barrier with warp stamps, and the thread-0 mark each starts at. The
+// sampling rows of wide blocks also stamp their warps at the barrier after the draw (row "sampled",
+// from the decided mark) and once their outputs are issued (row "exit", from the sampled mark).
 constexpr int kWarpStamped[][2] = {{sonic::cuda::kMarkMerged, sonic::cuda::kMarkStage2},
                                    {sonic::cuda::kMarkThreshold, sonic::cuda::kMarkListed},
                                    {sonic::cuda::kMarkStaged, sonic::cuda::kMarkThreshold},
                                    {sonic::cuda::kMarkGathered, sonic::cuda::kMarkStaged},
-                                   {sonic::cuda::kMarkDecided, sonic::cuda::kMarkGathered}};
+                                   {sonic::cuda::kMarkDecided, sonic::cuda::kMarkGathered},
+                                   {sonic::cuda::kMarkSampled, sonic::cuda::kMarkDecided},
+                                   {sonic::cuda::kMarkExit, sonic::cuda::kMarkSampled}};
 
 // fast, exact, wide: the tables of the fast kernel, the exact kernel and row_stage2_kernel; warps:
 // row_stage2_kernel's warp stamps ([block][mark][warp]).

@@ -358,6 +358,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     return;
   }
   if (tid == 0) sh.draft_at = -1;  // verdict_row's search, ordered before it by this barrier
+  timeline_warp_arrive(kMarkSampled);
   __syncthreads();  // sh.sorted[0] of greedy rows
   if (verifying) {
     // A random-rule row settled here is truncated (untruncated ones took the exact path): its prefix
@@ -394,6 +395,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     if (out.status) out.status[r] = sh.nan ? kStatusNaN : 0;
     job.fast.exact_flags[r] = 0;
   }
+  timeline_warp_arrive(kMarkExit);  // the warp's outputs issued
 }
 
 // The row verdict of a settled verification row (docs/design-verify.md). The kept set is
