@@ -16,6 +16,12 @@ kernels appear one after another; --kernel picks one by a substring of its mangl
 --footprint prints what the profiled launch fetched: its distinct instructions executed, the
 128-byte lines they lie in, and their count by source file (code from HBM costs about 8 cycles an
 instruction more than from L2, perf-notes v3.20 and v3.44).
+--jumps N needs no ncu table: the kernel's forward branches of N bytes or more (not BRA.DIV, the
+divergent fallback), with their source lines. A taken one lands on code that no warp may have
+fetched (perf-notes v3.47: three of them after stage 2's last barrier cost about 0.5 us); read them
+against the branches a common row takes, to lay that path out straight.
+
+  scripts/sass_lines.py row_stage2.sass --kernel row_stage2_kernelILNS0_5CallsE0 --jumps 2048
 """
 import argparse
 import collections
@@ -23,8 +29,9 @@ import csv
 import re
 
 
-def read_sass(path, kernel):
-    """[(source line, instruction text, write sb, read sb, wait mask)] of the chosen kernel."""
+def read_sass(path, kernel, labels=None):
+    """[(source line, instruction text, write sb, read sb, wait mask)] of the chosen kernel; with
+    `labels` (a dict), each branch label's instruction index into it."""
     lines = open(path).read().splitlines()
     out, on, cur, i = [], False, None, 0
     while i < len(lines):
@@ -32,6 +39,9 @@ def read_sass(path, kernel):
         if l.startswith("//-----") and ".text." in l:
             name = l.split(".text.")[1].split()[0]
             on = kernel in name and not name.endswith("clEi")  # lambdas' sections are not the kernel
+        m = re.match(r"(\.L_x_\d+):", l)
+        if on and m and labels is not None:
+            labels[m.group(1)] = len(out)
         m = re.search(r'//## File "([^"]+)", line (\d+)', l)
         if on and m:
             cur = m.group(1).split("/")[-1] + ":" + m.group(2)
@@ -59,12 +69,25 @@ def read_csv(path):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("sass")
-    ap.add_argument("csv")
+    ap.add_argument("csv", nargs="?")
     ap.add_argument("--kernel", default="")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--range", default="")
     ap.add_argument("--footprint", action="store_true")
+    ap.add_argument("--jumps", type=int, default=0)
     a = ap.parse_args()
+    if a.jumps:
+        labels = {}
+        ins = read_sass(a.sass, a.kernel, labels)
+        for k, (line, text, *_) in enumerate(ins):
+            m = re.search(r"\bBRA\b.*`\((\.L_x_\d+)\)", text)
+            if m and "BRA.DIV" not in text and m.group(1) in labels:
+                span = 16 * (labels[m.group(1)] - k)
+                if span >= a.jumps:
+                    print(f"{16 * k:#8x} +{span:6d}  {text[:48]:48s}  [{line}]")
+        return
+    if not a.csv:
+        ap.error("the ncu table is needed except with --jumps")
     ins, prof = read_sass(a.sass, a.kernel), read_csv(a.csv)
     if len(ins) != len(prof):
         print(f"warning: {len(ins)} instructions disassembled, {len(prof)} profiled: not the same build?")
