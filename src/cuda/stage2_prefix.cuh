@@ -364,9 +364,9 @@ __device__ __forceinline__ void warp_prefix_mass(Stage2Shared<Threads>& sh, int 
 // so that the draw after the decision is one shared load whatever the kept size, where a block
 // reduction (a barrier and two warp butterflies) ended the row's chain. The winner of a total order
 // is the same in any order of comparison. Each lane takes a run of keys: its run's best, a warp scan
-// of the runs, then the run again from the lanes before it. Its loops stay rolled: the warp runs
-// this code once a row, and code run once costs about its distinct instructions (perf-notes v3.47:
-// rolled, 456 fewer, the winners came 0.38 us sooner).
+// of the runs, then the run again from the lanes before it. Its loops stay rolled: one warp runs
+// this code once a row, and such code costs time by its count of instructions (perf-notes v3.47:
+// rolled, 456 fewer instructions, the winners were written 0.38 us sooner).
 template <int Threads>
 __device__ __forceinline__ void write_prefix_winners(Stage2Shared<Threads>& sh, int n) {
   static_assert(kEarlyNoise<Threads>, "the early noise, in sorted order");
