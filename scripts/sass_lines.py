@@ -16,12 +16,13 @@ kernels appear one after another; --kernel picks one by a substring of its mangl
 --footprint prints what the profiled launch fetched: its distinct instructions executed, the
 128-byte lines they lie in, and their count by source file (code from HBM costs about 8 cycles an
 instruction more than from L2, perf-notes v3.20 and v3.44).
---jumps N needs no ncu table: the kernel's forward branches of N bytes or more (not BRA.DIV, the
-divergent fallback), with their source lines. A taken one lands on code that no warp may have
-fetched (perf-notes v3.47: three of them after stage 2's last barrier cost about 0.5 us); read them
-against the branches a common row takes, to lay that path out straight.
+--jumps N prints the kernel's forward branches of N bytes or more (not BRA.DIV, the divergent
+fallback), with their source lines; with the ncu table also the warp instructions executed at the
+branch, at the instruction after it and at its target, which tell the branches that the profiled
+rows took. A taken one lands on code that no warp may have fetched (perf-notes v3.47: three of them
+after stage 2's last barrier cost about 0.5 us): to lay the common path out straight.
 
-  scripts/sass_lines.py row_stage2.sass --kernel row_stage2_kernelILNS0_5CallsE0 --jumps 2048
+  scripts/sass_lines.py row_stage2.sass [sass_B1.csv] --kernel row_stage2_kernelILNS0_5CallsE0 --jumps 2048
 """
 import argparse
 import collections
@@ -79,12 +80,17 @@ def main():
     if a.jumps:
         labels = {}
         ins = read_sass(a.sass, a.kernel, labels)
+        ran = [e for _, e in read_csv(a.csv)] if a.csv else None
+        count = lambda k: f"{ran[k]:9d}" if ran and k < len(ran) else "        -"
+        if ran:
+            print(f"{'address':>8} {'span':>7}  {'branch':>9} {'next':>9} {'target':>9}  (warp instructions executed)")
         for k, (line, text, *_) in enumerate(ins):
             m = re.search(r"\bBRA\b.*`\((\.L_x_\d+)\)", text)
             if m and "BRA.DIV" not in text and m.group(1) in labels:
-                span = 16 * (labels[m.group(1)] - k)
-                if span >= a.jumps:
-                    print(f"{16 * k:#8x} +{span:6d}  {text[:48]:48s}  [{line}]")
+                to = labels[m.group(1)]
+                if 16 * (to - k) >= a.jumps:
+                    runs = f"  {count(k)} {count(k + 1)} {count(to)}" if ran else ""
+                    print(f"{16 * k:#8x} +{16 * (to - k):6d}{runs}  {text[:48]:48s}  [{line}]")
         return
     if not a.csv:
         ap.error("the ncu table is needed except with --jumps")
