@@ -359,8 +359,25 @@ __device__ __forceinline__ void warp_prefix_mass(Stage2Shared<Threads>& sh, int 
   timeline_warp_point(kPointMassesSummed, static_cast<unsigned>(__double2loint(before + e[kPer - 1])));
 }
 
+// The draw's score of the sorted prefix's i-th key, z + its Gumbel noise in double (drawn early by
+// wide blocks, else now), exactly as the reference draws it, with its token. One expression for the
+// draw, the margin band and the winners, so that they agree.
+template <int Threads>
+__device__ __forceinline__ ArgMaxD prefix_draw(const Stage2Shared<Threads>& sh, uint64_t seed, uint64_t step,
+                                               uint32_t purpose, int i) {
+  const int32_t t = detail::key_token(sh.sorted[i]);
+  const double g = kEarlyNoise<Threads> ? sh.early.noise[i] : gumbel_exact(seed, step, purpose, t);
+  return ArgMaxD{static_cast<double>(detail::key_value(sh.sorted[i])) + g, t};
+}
+// Wide blocks, whose noise is in sh.early.noise: the same without the noise's key.
+template <int Threads>
+__device__ __forceinline__ ArgMaxD prefix_draw(const Stage2Shared<Threads>& sh, int i) {
+  static_assert(kEarlyNoise<Threads>, "the early noise");
+  return prefix_draw(sh, 0, 0, 0, i);
+}
+
 // Wide blocks, one warp, while warp 0 decides the kept set: sh.early.winner[i] gets the token
-// that wins the draw over the sorted prefix's first i + 1 keys (prefix_draw's scores, early noise),
+// that wins the draw over the sorted prefix's first i + 1 keys (prefix_draw's scores),
 // so that the draw after the decision is one shared load whatever the kept size, where a block
 // reduction (a barrier and two warp butterflies) ended the row's chain. The winner of a total order
 // is the same in any order of comparison. Each lane takes a run of keys: its run's best, a warp scan
@@ -373,10 +390,7 @@ __device__ __forceinline__ void write_prefix_winners(Stage2Shared<Threads>& sh, 
   const int lane = threadIdx.x & 31;
   const int per = (n + 31) >> 5;
   const int begin = min(n, lane * per), end = min(n, begin + per);
-  auto draw = [&](int i) {
-    return ArgMaxD{static_cast<double>(detail::key_value(sh.sorted[i])) + sh.early.noise[i],
-                   detail::key_token(sh.sorted[i])};
-  };
+  auto draw = [&](int i) { return prefix_draw(sh, i); };
   ArgMaxD run{0.0, -1};
 #pragma unroll 1
   for (int i = begin; i < end; ++i) run = better_select(run, draw(i));

@@ -100,16 +100,6 @@ __device__ __forceinline__ int decide_kept(const SlotParams& p, int32_t V, float
   return x == keep ? keep : x + 1;
 }
 
-// The draw's score of the sorted prefix's i-th key, z + its Gumbel noise in double (drawn early by
-// wide blocks, else now), exactly as the reference draws it, with its token.
-template <int Threads>
-__device__ __forceinline__ ArgMaxD prefix_draw(const Stage2Shared<Threads>& sh, uint64_t seed, uint64_t step,
-                                               uint32_t purpose, int i) {
-  const int32_t t = detail::key_token(sh.sorted[i]);
-  const double g = kEarlyNoise<Threads> ? sh.early.noise[i] : gumbel_exact(seed, step, purpose, t);
-  return ArgMaxD{static_cast<double>(detail::key_value(sh.sorted[i])) + g, t};
-}
-
 // A flagged row's margin band (margin_band.cuh) from its sorted prefix: for each kept size c in
 // [sh.band_lo, sh.band_hi], the fixed mass of the first c keys against zm (the exact path's
 // integers) and the token the draw below takes from them (prefix_draw, so the two agree). The
