@@ -30,7 +30,7 @@ __device__ __forceinline__ void leave_after_fast_kernel() {
 // C: Calls::kSampling for sampling calls, Calls::kTopK for Sampler::top_k's, Calls::kAny for
 // verification calls (as the fast kernel's).
 template <Calls C>
-__global__ void __launch_bounds__(kRowStage2Threads, C == Calls::kAny ? 0 : 1) row_stage2_kernel(RowJob job) {
+__global__ void __launch_bounds__(kRowStage2Threads, C == Calls::kAny ? 0 : 1) row_stage2_kernel(const __grid_constant__ RowJob job) {
   __shared__ Stage2Shared<kRowStage2Threads> sh;
   timeline_enter();  // resident (with programmatic launch, possibly long before its row is done)
   const int32_t r = blockIdx.x;

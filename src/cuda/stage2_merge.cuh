@@ -361,5 +361,10 @@ __device__ __forceinline__ void for_each_listed(const RowJob& job, int32_t r, co
     for (int b = 0; b < 4; ++b) f(key[b], kept_by(key[b], bound));
   });
 }
+template <int Threads, class F>
+__device__ __noinline__ void for_each_listed_out_of_line(const RowJob& job, int32_t r, const Stage2Shared<Threads>& sh,
+                                                         F f) {
+  for_each_listed(job, r, sh, f);
+}
 
 }  // namespace sonic::cuda

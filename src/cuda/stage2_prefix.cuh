@@ -97,6 +97,69 @@ __device__ __forceinline__ bool bins_resolve(float mx, float xb, int threads) {
   return mx - xb > static_cast<float>(threads) * 4.0f * 1.1920929e-7f * fabsf(mx);
 }
 
+// Sorts the staged keys sh.staged[0, n) into sh.sorted by rank (with their x where with_x, and
+// each key's place in sh.early.rank in wide blocks). L lanes of one warp rank key i (lanes L i ..
+// L i + L - 1, a quarter or a half of the keys each), the counts joined by shuffles, every lane of
+// the block taking part in them; L = 1: a thread a key, in rounds.
+template <int Threads, int L>
+__device__ __forceinline__ void rank_prefix(Stage2Shared<Threads>& sh, int n, bool with_x) {
+  const int tid = threadIdx.x;
+  auto place = [&](int i, int pos) {
+    sh.sorted[pos] = sh.staged[i];
+    if (with_x) sh.sorted_x[pos] = sh.staged_x[i];
+    if constexpr (kEarlyNoise<Threads>) sh.early.rank[i] = pos;
+  };
+  if constexpr (L > 1) {
+    const int i = tid / L, part = tid % L;
+    const unsigned long long key = i < n ? sh.staged[i] : ~0ull;
+    int pos = 0;
+    if (i < n)
+      for (int j = part; j < n; j += L) pos += sh.staged[j] > key;
+#pragma unroll
+    for (int o = 1; o < L; o <<= 1) pos += __shfl_xor_sync(0xFFFFFFFFu, pos, o);
+    if (i < n && part == 0) place(i, pos);
+  } else {
+    for (int i = tid; i < n; i += Threads) {
+      const unsigned long long key = sh.staged[i];
+      int pos = 0;
+      for (int j = 0; j < n; ++j) pos += sh.staged[j] > key;
+      place(i, pos);
+    }
+  }
+}
+template <int Threads>
+__device__ __noinline__ void rank_prefix_out_of_line(Stage2Shared<Threads>& sh, int n, int lanes, bool with_x) {
+  if (lanes == 2) rank_prefix<Threads, 2>(sh, n, with_x);
+  else rank_prefix<Threads, 1>(sh, n, with_x);
+}
+
+// Whether the staged keys sh.staged[0, n) fall short of the mass need_mass against zm; if so, sets
+// sh.n past kGatherCap (the exact path's mark). The whole block calls it; barriers on both sides.
+template <int Threads>
+__device__ __forceinline__ bool staged_short_of_mass(Stage2Shared<Threads>& sh, int n, float zm, double need_mass) {
+  const int tid = threadIdx.x;
+  if (tid == 0) sh.staged_sum = 0.0;
+  __syncthreads();
+  double m = 0.0;
+  for (int i = tid; i < n; i += Threads)
+    m += key_mass(sh.staged[i], zm);
+  m = warp_sum(m);
+  if ((tid & 31) == 0) atomicAdd(&sh.staged_sum, m);
+  __syncthreads();
+  const bool short_of_mass = sh.staged_sum < need_mass;
+  if (short_of_mass) {
+    __syncthreads();  // every thread has read sh.n and sh.staged_sum
+    if (tid == 0) sh.n = kGatherCap + 1;
+    __syncthreads();
+  }
+  return short_of_mass;
+}
+template <int Threads>
+__device__ __noinline__ bool staged_short_of_mass_out_of_line(Stage2Shared<Threads>& sh, int n, float zm,
+                                                              double need_mass) {
+  return staged_short_of_mass(sh, n, zm, need_mass);
+}
+
 // Gathers the row's sorted prefix into sh.sorted[0, sh.n) as z keys (z = x / T) and returns zl: every
 // token outside the prefix has z <= zl < every z inside. Every token outside the candidate list lies
 // below the row bound's value xb, so any tau >= xb gives a true prefix: the listed tokens with
@@ -133,13 +196,17 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
   timeline_value(kValueCandidates, sh.n_all);
   timeline_value(kValueAtBound, n_bound);
   const bool in_smem = n_bound <= kBoundCap;
-  // f(key, listed) over the candidates at or above the bound, whole warps at a time.
-  auto for_each_candidate = [&](auto&& f) {
+  // f(key, listed) over the candidates at or above the bound, whole warps at a time. Wide blocks
+  // read candidates that sh.gathered cannot hold out of line (kOutOfLine), so each f captures the
+  // values it reads by copy: its captures are the out-of-line call's argument.
+  auto for_each_candidate = [&](const auto& f) {
     if (in_smem) {
       for (int i = tid; i - (tid & 31) < n_bound; i += Threads) {
         const bool have = i < n_bound;
         f(have ? sh.gathered[i] : 0ull, have);
       }
+    } else if constexpr (kOutOfLine<Threads>) {
+      for_each_listed_out_of_line(job, r, sh, f);
     } else {
       for_each_listed(job, r, sh, f);
     }
@@ -159,7 +226,7 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
     __syncthreads();
     const float scale = static_cast<float>(Threads) / (mx - xb);
     const float to_base2 = 1.4426950408889634f / T;
-    for_each_candidate([&](unsigned long long key, bool listed) {
+    for_each_candidate([=, &sh](unsigned long long key, bool listed) {
       if (!listed) return;
       const float x = detail::key_value(key);
       const int b = bin_slot<Threads>(min(Threads - 1, static_cast<int>((mx - x) * scale)));
@@ -176,7 +243,7 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
   }
   timeline_mark(kMarkThreshold);
   const float zl = tau > -INFINITY ? detail::apply_temperature(tau, T) : -INFINITY;
-  for_each_candidate([&](unsigned long long key, bool listed) {
+  for_each_candidate([=, &sh](unsigned long long key, bool listed) {
     const float z = detail::apply_temperature(detail::key_value(key), T);
     const unsigned long long zkey = detail::pack_key(z, detail::key_token(key));
     const bool keep = listed && z > zl && !(z < cut);
@@ -192,56 +259,18 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
   // the sort, n^2 / Threads comparisons (77 us for the row done last at B = 128), is skipped.
   if (need_mass > 0.0 && n > kShortPrefixCheck && n <= kGatherCap && n < sh.valid) {
     const float zm = detail::apply_temperature(mx, T);
-    if (tid == 0) sh.staged_sum = 0.0;
-    __syncthreads();
-    double m = 0.0;
-    for (int i = tid; i < n; i += Threads)
-      m += key_mass(sh.staged[i], zm);
-    m = warp_sum(m);
-    if ((tid & 31) == 0) atomicAdd(&sh.staged_sum, m);
-    __syncthreads();
-    if (sh.staged_sum < need_mass) {
-      __syncthreads();  // every thread has read sh.n and sh.staged_sum
-      if (tid == 0) sh.n = kGatherCap + 1;
-      __syncthreads();
-      return zl;
-    }
+    const bool short_of_mass = kOutOfLine<Threads> ? staged_short_of_mass_out_of_line(sh, n, zm, need_mass)
+                                                   : staged_short_of_mass(sh, n, zm, need_mass);
+    if (short_of_mass) return zl;
   }
   if (n <= kGatherCap) {
     // Sort by rank: keys are distinct, so each key's rank is the number of larger keys. A wide block
-    // with a short prefix (the common case: about 70 keys) counts each rank in several lanes
-    // (rank_in_lanes) and leaves its last n threads to the noise below.
-    auto place = [&](int i, int pos) {
-      sh.sorted[pos] = sh.staged[i];
-      if (with_x) sh.sorted_x[pos] = sh.staged_x[i];
-      if constexpr (kEarlyNoise<Threads>) sh.early.rank[i] = pos;
-    };
-    // L lanes of one warp rank key i (lanes L i .. L i + L - 1, a quarter or a half of the keys each),
-    // the counts joined by shuffles; every lane of the block takes part in them.
-    auto rank_in_lanes = [&](auto lanes) {
-      constexpr int L = decltype(lanes)::value;
-      const int i = tid / L, part = tid % L;
-      const unsigned long long key = i < n ? sh.staged[i] : ~0ull;
-      int pos = 0;
-      if (i < n)
-        for (int j = part; j < n; j += L) pos += sh.staged[j] > key;
-#pragma unroll
-      for (int o = 1; o < L; o <<= 1) pos += __shfl_xor_sync(0xFFFFFFFFu, pos, o);
-      if (i < n && part == 0) place(i, pos);
-    };
+    // with a short prefix (the common case: about 70 keys) counts each rank in four lanes and leaves
+    // its last n threads to the noise below; its other forms are out of line (kOutOfLine).
     const int lanes = rank_lanes<Threads>(n);
-    if (lanes == 4) {
-      rank_in_lanes(std::integral_constant<int, 4>{});
-    } else if (lanes == 2) {
-      rank_in_lanes(std::integral_constant<int, 2>{});
-    } else {
-      for (int i = tid; i < n; i += Threads) {
-        const unsigned long long key = sh.staged[i];
-        int pos = 0;
-        for (int j = 0; j < n; ++j) pos += sh.staged[j] > key;
-        place(i, pos);
-      }
-    }
+    if (lanes == 4) rank_prefix<Threads, 4>(sh, n, with_x);
+    else if constexpr (kOutOfLine<Threads>) rank_prefix_out_of_line(sh, n, lanes, with_x);
+    else rank_prefix<Threads, 1>(sh, n, with_x);
     // Meanwhile the block's last n threads (the prefix is short: about 70 keys, so the sort takes
     // the first 4n) draw every prefix token's noise, the draw's long dependent chain, and for prefixes
     // decided by two warps the n threads after the ranking lanes the keys' masses.

@@ -100,6 +100,33 @@ __device__ __forceinline__ int decide_kept(const SlotParams& p, int32_t V, float
   return x == keep ? keep : x + 1;
 }
 
+// The prefix's cumulative masses sh.cum[0, n) against zm by a block scan (and in wide blocks the
+// early noise into sorted order first): the route of prefixes longer than decided_by_warps takes.
+// The whole block calls it; it ends with a barrier.
+template <int Threads>
+__device__ __forceinline__ void scan_prefix_mass(Stage2Shared<Threads>& sh, int n, float zm) {
+  const int tid = threadIdx.x;
+  if constexpr (kEarlyNoise<Threads>) sort_noise(sh, n, tid, Threads);
+  double e[kScanItems<Threads>];
+#pragma unroll
+  for (int q = 0; q < kScanItems<Threads>; ++q) {
+    const int i = tid * kScanItems<Threads> + q;
+    e[q] = i < n ? key_mass(sh.sorted[i], zm) : 0.0;
+  }
+  PrefixScan<Threads>(sh.temp.scan).InclusiveSum(e, e);
+#pragma unroll
+  for (int q = 0; q < kScanItems<Threads>; ++q) {
+    const int i = tid * kScanItems<Threads> + q;
+    if (i < n) sh.cum[i] = e[q];
+  }
+  timeline_warp_arrive(kMarkDecided);
+  __syncthreads();
+}
+template <int Threads>
+__device__ __noinline__ void scan_prefix_mass_out_of_line(Stage2Shared<Threads>& sh, int n, float zm) {
+  scan_prefix_mass(sh, n, zm);
+}
+
 // A flagged row's margin band (margin_band.cuh) from its sorted prefix: for each kept size c in
 // [sh.band_lo, sh.band_hi], the fixed mass of the first c keys against zm (the exact path's
 // integers) and the token the draw below takes from them (prefix_draw, so the two agree). The
@@ -133,12 +160,31 @@ __device__ __forceinline__ void write_band(MarginBand* band, const SlotParams& p
     }
   }
 }
+template <int Threads>
+__device__ __noinline__ void write_band_out_of_line(MarginBand* band, const SlotParams& p, uint64_t step,
+                                                   uint32_t purpose, float zm, Stage2Shared<Threads>& sh) {
+  write_band<Threads>(band, p, step, purpose, zm, sh);
+}
 
 // The verdict of a settled verification row (defined below).
 template <int Threads>
 __device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro, const RowKind& k, const VerifyRow& w,
                             int kept, double kept_sum, float zm, int32_t token, bool early_correction,
                             Stage2Shared<Threads>& sh);
+// A settled row's outputs other than the common row's token and status (defined below; the whole
+// block calls it), and its out-of-line form for wide blocks (kOutOfLine), which take a RowJob and
+// a RowPrologue whose addresses are a kernel parameter's (__grid_constant__) and a copy's.
+template <int Threads, Calls C>
+__device__ void settled_row_outputs(const RowJob& job, int32_t r, const RowPrologue& pro, const RowKind& k,
+                                    const VerifyRow& w, int kept, double kept_sum, float zm, int32_t token,
+                                    bool correction_only, bool prefix_ranks, Stage2Shared<Threads>& sh);
+template <int Threads, Calls C>
+__device__ __noinline__ void settled_row_outputs_out_of_line(const RowJob& job, int32_t r, RowPrologue pro, RowKind k,
+                                                             VerifyRow w, int kept, double kept_sum, float zm,
+                                                             int32_t token, bool correction_only, bool prefix_ranks,
+                                                             Stage2Shared<Threads>& sh) {
+  settled_row_outputs<Threads, C>(job, r, pro, k, w, kept, kept_sum, zm, token, correction_only, prefix_ranks, sh);
+}
 
 // Stage 2 for row r (the whole block).
 template <int Threads, Calls C = Calls::kAny>
@@ -252,22 +298,19 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
         }
       }
       if (!by_warps) {
-        if constexpr (kEarlyNoise<Threads>) sort_noise(sh, n, tid, Threads);
-        double e[kScanItems<Threads>];
-#pragma unroll
-        for (int q = 0; q < kScanItems<Threads>; ++q) {
-          const int i = tid * kScanItems<Threads> + q;
-          e[q] = i < n ? key_mass(sh.sorted[i], zm) : 0.0;
-        }
-        PrefixScan<Threads>(sh.temp.scan).InclusiveSum(e, e);
-#pragma unroll
-        for (int q = 0; q < kScanItems<Threads>; ++q) {
-          const int i = tid * kScanItems<Threads> + q;
-          if (i < n) sh.cum[i] = e[q];
-        }
-        timeline_warp_arrive(kMarkDecided);
-        __syncthreads();
+        if constexpr (kOutOfLine<Threads>) scan_prefix_mass_out_of_line(sh, n, zm);
+        else scan_prefix_mass(sh, n, zm);
       }
+      // Wide blocks: warp 1 writes the draw's winners while warp 0 decides. Warp 1's code comes
+      // first, so that warp 1, which ends the phase, runs on without a jump over warp 0's.
+      if constexpr (kEarlyNoise<Threads>)
+        if (tid / 32 == 1 && n > 0 && !correction_only) {
+          write_prefix_winners(sh, n);
+#if SONIC_TIMELINE
+          __syncwarp();
+          timeline_warp_point(kPointWinnersWritten, static_cast<unsigned>(sh.early.winner[n - 1]));
+#endif
+        }
       // A prefix that is the whole row has the reference's mass exactly (stage 1's is of x: see
       // decide_kept); the logprobs divide by it.
       if constexpr (kEarlyNoise<Threads>) {
@@ -293,14 +336,6 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
         sh.kept = decide_kept(p, V, zm, zl, n, sh.valid, sh.sum_all, ThreadPrefixSearch<Threads>{sh, n}, sh,
                               &sh.band_lo, &sh.band_hi);
       }
-      if constexpr (kEarlyNoise<Threads>)
-        if (tid / 32 == 1 && n > 0 && !correction_only) {
-          write_prefix_winners(sh, n);
-#if SONIC_TIMELINE
-          __syncwarp();
-          timeline_warp_point(kPointWinnersWritten, static_cast<unsigned>(sh.early.winner[n - 1]));
-#endif
-        }
       timeline_stamp(kValueDecided);
       __syncthreads();
       timeline_mark(kMarkDecided);
@@ -316,9 +351,13 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
         // only the exact total (split_band_token). Rows with min-p cut otherwise and are not banded.
         banded = exact_hint && sh.band_lo > 0 && sh.band_hi - sh.band_lo < kBandKeys && job.fast.bands &&
                  !verifying && (p.flags & kSlotTopPJoint) && !(p.min_p > 0.0f);
-        if (banded)
-          write_band<Threads>(job.fast.bands + r, p, tab.step[slot], detail::purpose(detail::Draw::kSampling, pro.position),
-                              zm, sh);
+        if (banded) {
+          const uint32_t purpose = detail::purpose(detail::Draw::kSampling, pro.position);
+          if constexpr (kOutOfLine<Threads>)
+            write_band_out_of_line<Threads>(job.fast.bands + r, p, tab.step[slot], purpose, zm, sh);
+          else
+            write_band<Threads>(job.fast.bands + r, p, tab.step[slot], purpose, zm, sh);
+        }
       } else {
         kept_sum = sh.cum[kept - 1];
       }
@@ -348,9 +387,10 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     return;
   }
   // The common row, whose outputs are its token and status: thread 0 stores them and the block
-  // leaves, without the barrier below (nothing reads shared memory after it: both kernels return)
-  // and without the branches of the other outputs, whose code lies far apart and cost about 0.5 us
-  // of fetch after the barrier in the timeline (perf-notes v3.47).
+  // leaves, without the barrier in settled_row_outputs (nothing reads shared memory after it: both
+  // kernels return) and without the branches of the other outputs, whose code cost about 0.5 us of
+  // fetch after the barrier in the timeline (perf-notes v3.47); in wide blocks that code is out of
+  // line, so that these stores lie near the exit rather than 31 KB ahead of the branch (v3.48).
   if (!verifying && !prefix_ranks && !out.final_ids && !out.top_ids && !out.logprob && !out.final_count) {
     if (tid == 0) {
       out.tokens[r] = token;
@@ -360,45 +400,11 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     timeline_warp_arrive(kMarkExit);
     return;
   }
-  if (tid == 0) sh.draft_at = -1;  // verdict_row's search, ordered before it by this barrier
-  timeline_warp_arrive(kMarkSampled);
-  __syncthreads();  // sh.sorted[0] of greedy rows
-  if (verifying) {
-    // A random-rule row settled here is truncated (untruncated ones took the exact path): its prefix
-    // was gathered with kind-2 early noise.
-    const bool early_correction = kEarlyNoise<Threads> && correction_only && k.truncated;
-    verdict_row(job, r, pro, k, w, kept, kept_sum, zm, token, early_correction, sh);
-    return;
-  }
-
-  // Outputs of a settled row.
-  if (out.final_ids) {
-    int32_t* ids = out.final_ids + r * out.final_stride;
-    float* probs = out.final_probs + r * out.final_stride;
-    const bool fits = kept <= out.final_capacity;
-    for (int64_t i = tid; i < out.final_stride; i += Threads) {
-      const bool have = fits && i < kept;
-      ids[i] = have ? detail::key_token(sh.sorted[i]) : -1;
-      float prob = 0.0f;
-      if (have)
-        prob = pro.greedy ? 1.0f : static_cast<float>(key_mass(sh.sorted[i], zm) / kept_sum);
-      probs[i] = prob;
-    }
-  }
-  if (prefix_ranks) write_prefix_ranks(job, r, pro, token, kept, kept_sum, zm, sh);
-  else if (out.top_ids)  // top_n == 0: padding only
-    for (int64_t i = tid; i < out.top_stride; i += Threads) {
-      out.top_ids[r * out.top_stride + i] = -1;
-      out.top_logprobs[r * out.top_stride + i] = -INFINITY;
-    }
-  if (tid == 0) {
-    if (out.logprob) out.logprob[r] = token_logprob(job, r, pro, k, token, kept_sum, zm, sh);
-    if (out.final_count) out.final_count[r] = kept;
-    out.tokens[r] = token;
-    if (out.status) out.status[r] = sh.nan ? kStatusNaN : 0;
-    job.fast.exact_flags[r] = 0;
-  }
-  timeline_warp_arrive(kMarkExit);  // the warp's outputs issued
+  if constexpr (kOutOfLine<Threads>)
+    settled_row_outputs_out_of_line<Threads, C>(job, r, pro, k, w, kept, kept_sum, zm, token, correction_only,
+                                                prefix_ranks, sh);
+  else
+    settled_row_outputs<Threads, C>(job, r, pro, k, w, kept, kept_sum, zm, token, correction_only, prefix_ranks, sh);
 }
 
 // The row verdict of a settled verification row (docs/design-verify.md). The kept set is
@@ -476,6 +482,54 @@ __device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro
     if (job.out.status) job.out.status[r] = sh.nan ? kStatusNaN : 0;
     job.fast.exact_flags[r] = 0;
   }
+}
+
+template <int Threads, Calls C>
+__device__ void settled_row_outputs(const RowJob& job, int32_t r, const RowPrologue& pro, const RowKind& k,
+                                    const VerifyRow& w, int kept, double kept_sum, float zm, int32_t token,
+                                    bool correction_only, bool prefix_ranks, Stage2Shared<Threads>& sh) {
+  const RowOutputs& out = job.out;
+  const int tid = threadIdx.x;
+  const bool verifying = verification_call<C>(job);
+  if (tid == 0) sh.draft_at = -1;  // verdict_row's search, ordered before it by this barrier
+  timeline_warp_arrive(kMarkSampled);
+  __syncthreads();  // sh.sorted[0] of greedy rows
+  if (verifying) {
+    // A random-rule row settled here is truncated (untruncated ones took the exact path): its prefix
+    // was gathered with kind-2 early noise.
+    const bool early_correction = kEarlyNoise<Threads> && correction_only && k.truncated;
+    verdict_row(job, r, pro, k, w, kept, kept_sum, zm, token, early_correction, sh);
+    return;
+  }
+
+  // Outputs of a settled row.
+  if (out.final_ids) {
+    int32_t* ids = out.final_ids + r * out.final_stride;
+    float* probs = out.final_probs + r * out.final_stride;
+    const bool fits = kept <= out.final_capacity;
+    for (int64_t i = tid; i < out.final_stride; i += Threads) {
+      const bool have = fits && i < kept;
+      ids[i] = have ? detail::key_token(sh.sorted[i]) : -1;
+      float prob = 0.0f;
+      if (have)
+        prob = pro.greedy ? 1.0f : static_cast<float>(key_mass(sh.sorted[i], zm) / kept_sum);
+      probs[i] = prob;
+    }
+  }
+  if (prefix_ranks) write_prefix_ranks(job, r, pro, token, kept, kept_sum, zm, sh);
+  else if (out.top_ids)  // top_n == 0: padding only
+    for (int64_t i = tid; i < out.top_stride; i += Threads) {
+      out.top_ids[r * out.top_stride + i] = -1;
+      out.top_logprobs[r * out.top_stride + i] = -INFINITY;
+    }
+  if (tid == 0) {
+    if (out.logprob) out.logprob[r] = token_logprob(job, r, pro, k, token, kept_sum, zm, sh);
+    if (out.final_count) out.final_count[r] = kept;
+    out.tokens[r] = token;
+    if (out.status) out.status[r] = sh.nan ? kStatusNaN : 0;
+    job.fast.exact_flags[r] = 0;
+  }
+  timeline_warp_arrive(kMarkExit);  // the warp's outputs issued
 }
 
 }  // namespace sonic::cuda
