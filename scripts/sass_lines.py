@@ -23,6 +23,14 @@ rows took. A taken one lands on code that no warp may have fetched (perf-notes v
 after stage 2's last barrier cost about 0.5 us): to lay the common path out straight.
 
   scripts/sass_lines.py row_stage2.sass [sass_B1.csv] --kernel row_stage2_kernelILNS0_5CallsE0 --jumps 2048
+
+--fetch N prints the instructions with N or more "no instruction" stall samples (a warp waiting on
+the fetch of its next instruction) and the branches that land on each, with their spans: under
+ncu, whose default flushes the caches before the profiled pass, the code fetched cold. A sample
+counts a waiting warp, so a target that many warps reach together weighs more than one on the
+critical path (perf-notes v3.48: the common row's far jumps, 14-23 samples at each target).
+
+  scripts/sass_lines.py row_stage2.sass sass_B1.csv --kernel row_stage2_kernelILNS0_5CallsE0 --fetch 4
 """
 import argparse
 import collections
@@ -67,6 +75,23 @@ def read_csv(path):
     return [(float(r[samples] or 0), int(r[executed] or 0)) for r in data]
 
 
+def read_csv_column(path, name):
+    """One column of the ncu table by its header (0 where the row has none or ncu did not write it)."""
+    rows = list(csv.reader(open(path, newline="")))
+    header = next(r for r in rows if "Warp Stall Sampling (All Samples)" in r)
+    start = rows.index(header) + 1
+    if name not in header:
+        return [0.0] * sum(1 for r in rows[start:] if len(r) == len(header))
+    col = header.index(name)
+    return [float(r[col] or 0) for r in rows[start:] if len(r) == len(header)]
+
+
+def branch_target(text, labels):
+    """The instruction index a branch lands on (not BRA.DIV, the divergent fallback), else None."""
+    m = re.search(r"\bBRA\b.*`\((\.L_x_\d+)\)", text)
+    return labels.get(m.group(1)) if m and "BRA.DIV" not in text else None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("sass")
@@ -76,7 +101,25 @@ def main():
     ap.add_argument("--range", default="")
     ap.add_argument("--footprint", action="store_true")
     ap.add_argument("--jumps", type=int, default=0)
+    ap.add_argument("--fetch", type=int, default=0)
     a = ap.parse_args()
+    if a.fetch:
+        if not a.csv:
+            ap.error("--fetch needs the ncu table")
+        labels = {}
+        ins = read_sass(a.sass, a.kernel, labels)
+        waits = read_csv_column(a.csv, "stall_no_inst")
+        into = collections.defaultdict(list)  # instruction -> the branches that land on it
+        for k, (_, text, *_) in enumerate(ins):
+            to = branch_target(text, labels)
+            if to is not None:
+                into[to].append(k)
+        print(f"{int(sum(waits))} no-instruction samples; instructions with {a.fetch} or more:")
+        for k, w in enumerate(waits[: len(ins)]):
+            if w >= a.fetch:
+                came = ", ".join(f"{16 * j:#x} {16 * (k - j):+d} [{ins[j][0]}]" for j in into.get(k, []))
+                print(f"{16 * k:#8x} {int(w):4d}  {ins[k][1][:40]:40s} [{ins[k][0]}]  {'from ' + came if came else 'in sequence'}")
+        return
     if a.jumps:
         labels = {}
         ins = read_sass(a.sass, a.kernel, labels)
@@ -85,9 +128,8 @@ def main():
         if ran:
             print(f"{'address':>8} {'span':>7}  {'branch':>9} {'next':>9} {'target':>9}  (warp instructions executed)")
         for k, (line, text, *_) in enumerate(ins):
-            m = re.search(r"\bBRA\b.*`\((\.L_x_\d+)\)", text)
-            if m and "BRA.DIV" not in text and m.group(1) in labels:
-                to = labels[m.group(1)]
+            to = branch_target(text, labels)
+            if to is not None:
                 if 16 * (to - k) >= a.jumps:
                     runs = f"  {count(k)} {count(k + 1)} {count(to)}" if ran else ""
                     print(f"{16 * k:#8x} +{16 * (to - k):6d}{runs}  {text[:48]:48s}  [{line}]")
