@@ -8,7 +8,7 @@
 # benchmark's arguments; SONIC_VARIANT_TESTS (a gtest filter) runs those tests on each variant;
 # SONIC_BASE_BUILD names an existing build of the plain flags to reuse (device_check.sh's build-gpu).
 # A variant whose flags are "@DIR" builds the source tree in DIR instead (an earlier commit, say:
-#   git archive HEAD~1 | (mkdir -p .base && tar x -C .base), then carry .base), so that old and new
+#   git archive HEAD~1 | (mkdir -p .base && tar xm -C .base), then carry .base), so that old and new
 # kernels are timed side by side in one run ("@DIR flags" adds CUDA flags to that tree's build);
 # SONIC_VARIANTS_EXTRA adds variants to the list, separated by ";" (flags may hold spaces), e.g.
 # "old:@.base:;fast:-DA=1 -DB=2:;exp16:@.exp -DRANK=16:".
