@@ -4,8 +4,6 @@
 // its tokens drawn meanwhile in wide blocks.
 #pragma once
 
-#include <type_traits>
-
 #include "common/random.hpp"
 #include "common/token_rules.hpp"
 #include "cuda/stage2_merge.cuh"
