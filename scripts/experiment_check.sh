@@ -5,7 +5,8 @@
 #   scripts/experiment_check.sh .ref [.other ...]           (through the device tool, carry .deps)
 # tar's m gives the files the time of extraction, not the commit's: the device keeps build folders
 # between calls, and a tree whose files are older than the objects built there from the last one
-# is not rebuilt (v3.48 call 10 timed main against a stale build of main that way).
+# is not rebuilt (v3.48 call 4 timed main against a stale build of main that way; stage1_variants.sh
+# now also touches a tree whose sources differ from its build folder's last ones).
 # Steps, in order: both trees built at once (stage1_variants.sh, variants "new" and "ref") and timed
 # by sonic_bench's sample suite (SONIC_VARIANT_BENCH) and top-k suite; the whole GPU suite and the
 # four compute-sanitizer tools on the new tree's build; the new tree's phase timeline

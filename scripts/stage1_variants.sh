@@ -53,9 +53,20 @@ for v in "${variants[@]}"; do
   IFS=: read -r name flags env <<<"$v"
   builds[$(build_dir "$flags")]=$flags
 done
+# The device keeps build folders between calls, and ninja rebuilds by file times: an "@DIR" tree
+# extracted with its commit's times (tar x) may be older than the objects left there by another
+# tree, which would then be timed in its place (perf-notes v3.48 call 4). So a tree whose sources
+# differ from those its folder was last built from has its files touched first.
+tree_id() { (cd "$1" && find CMakeLists.txt src include bench tests -type f 2>/dev/null | sort | xargs cat | md5sum | cut -c1-16); }
 for dir in "${!builds[@]}"; do
   flags=${builds[$dir]}
   [ -x "$dir/bench/sonic_bench" ] && [ "$dir" == "${SONIC_BASE_BUILD:-}" ] && continue  # reused as it is
+  src=$(source_dir "$flags")
+  if [ "$src" != . ]; then
+    id=$(tree_id "$src")
+    [ "$(cat "$dir/.sonic_tree_id" 2>/dev/null)" == "$id" ] || find "$src" -type f -exec touch {} +
+    mkdir -p "$dir" && echo "$id" >"$dir/.sonic_tree_id"
+  fi
   ( cmake -S "$(source_dir "$flags")" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
       -DCMAKE_CUDA_FLAGS="$(cuda_flags "$flags")" "${gtest[@]}" >"$L/configure_${dir}.log" 2>&1 &&
     cmake --build "$dir" -j$((16 / ${#builds[@]})) --target sonic_bench sonic_gpu_tests >"$L/build_${dir}.log" 2>&1 ) &
