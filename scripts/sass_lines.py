@@ -65,25 +65,22 @@ def read_sass(path, kernel, labels=None):
     return out
 
 
+def read_csv_columns(path, *names):
+    """Columns of the ncu table by their headers, one list per name (0 where a row has no value or
+    ncu did not write the column)."""
+    rows = list(csv.reader(open(path, newline="")))
+    header = next(r for r in rows if "Warp Stall Sampling (All Samples)" in r)
+    data = [r for r in rows[rows.index(header) + 1:] if len(r) == len(header)]
+    cols = [header.index(n) if n in header else None for n in names]
+    return [[float(r[c] or 0) if c is not None else 0.0 for r in data] for c in cols]
+
+
 def read_csv(path):
-    rows = list(csv.reader(open(path, newline="")))
-    header = next(r for r in rows if "Warp Stall Sampling (All Samples)" in r)
-    start = rows.index(header) + 1
-    data = [r for r in rows[start:] if len(r) == len(header)]
-    samples = header.index("Warp Stall Sampling (All Samples)")
-    executed = header.index("Instructions Executed")
-    return [(float(r[samples] or 0), int(r[executed] or 0)) for r in data]
+    """(stall samples, warp instructions executed) of each instruction."""
+    samples, executed = read_csv_columns(path, "Warp Stall Sampling (All Samples)", "Instructions Executed")
+    return [(s, int(e)) for s, e in zip(samples, executed)]
 
 
-def read_csv_column(path, name):
-    """One column of the ncu table by its header (0 where the row has none or ncu did not write it)."""
-    rows = list(csv.reader(open(path, newline="")))
-    header = next(r for r in rows if "Warp Stall Sampling (All Samples)" in r)
-    start = rows.index(header) + 1
-    if name not in header:
-        return [0.0] * sum(1 for r in rows[start:] if len(r) == len(header))
-    col = header.index(name)
-    return [float(r[col] or 0) for r in rows[start:] if len(r) == len(header)]
 
 
 def branch_target(text, labels):
@@ -108,7 +105,7 @@ def main():
             ap.error("--fetch needs the ncu table")
         labels = {}
         ins = read_sass(a.sass, a.kernel, labels)
-        waits = read_csv_column(a.csv, "stall_no_inst")
+        (waits,) = read_csv_columns(a.csv, "stall_no_inst")
         into = collections.defaultdict(list)  # instruction -> the branches that land on it
         for k, (_, text, *_) in enumerate(ins):
             to = branch_target(text, labels)
