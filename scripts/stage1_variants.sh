@@ -57,7 +57,7 @@ done
 # extracted with its commit's times (tar x) may be older than the objects left there by another
 # tree, which would then be timed in its place (perf-notes v3.48 call 4). So a tree whose sources
 # differ from those its folder was last built from has its files touched first.
-tree_id() { (cd "$1" && find CMakeLists.txt src include bench tests -type f 2>/dev/null | sort | xargs cat | md5sum | cut -c1-16); }
+tree_id() { (cd "$1" && find CMakeLists.txt src include bench tests -type f -print0 2>/dev/null | sort -z | xargs -0 cat | md5sum | cut -c1-16); }
 for dir in "${!builds[@]}"; do
   flags=${builds[$dir]}
   [ -x "$dir/bench/sonic_bench" ] && [ "$dir" == "${SONIC_BASE_BUILD:-}" ] && continue  # reused as it is
