@@ -203,7 +203,7 @@ __device__ __forceinline__ void fast_sample_block(const RowJob& job) {
 // C: Calls::kSampling for sampling calls, Calls::kTopK for Sampler::top_k's, Calls::kAny for
 // verification calls (each of the first two carries no other call's code).
 template <DType D, bool Tails, int Loads, Calls C>
-__global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_sample_kernel(RowJob job) {
+__global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_sample_kernel(const __grid_constant__ RowJob job) {
   fast_sample_block<D, Tails, Loads, C>(job);
   // The row tails' grid must not complete before the heads' grid (the kernels after it wait for it
   // alone): its last block to finish waits for that grid, and only that block.

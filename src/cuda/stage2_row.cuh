@@ -132,7 +132,7 @@ __device__ __noinline__ void scan_prefix_mass_out_of_line(Stage2Shared<Threads>&
 // integers) and the token the draw below takes from them (prefix_draw, so the two agree). The
 // whole block calls it, after decide_kept's barrier.
 template <int Threads>
-__device__ __forceinline__ void write_band(MarginBand* band, const SlotParams& p, uint64_t step, uint32_t purpose,
+__device__ __forceinline__ void write_band(MarginBand* band, uint64_t seed, uint64_t step, uint32_t purpose,
                                            float zm, Stage2Shared<Threads>& sh) {
   const int tid = threadIdx.x;
   const int lo = sh.band_lo, hi = sh.band_hi;
@@ -141,7 +141,7 @@ __device__ __forceinline__ void write_band(MarginBand* band, const SlotParams& p
   ArgMaxD best{0.0, -1};
   for (int i = tid; i < lo - 1; i += Threads) {
     below += fixed_mass(detail::key_value(sh.sorted[i]), md);
-    best = better(best, prefix_draw(sh, p.seed, step, purpose, i));
+    best = better(best, prefix_draw(sh, seed, step, purpose, i));
   }
   below = warp_sum(below);
   if ((tid & 31) == 0 && below) atomicAdd(&sh.band_below, below);
@@ -154,16 +154,16 @@ __device__ __forceinline__ void write_band(MarginBand* band, const SlotParams& p
     for (int j = 0; j <= hi - lo; ++j) {
       const int i = lo - 1 + j;
       mass += fixed_mass(detail::key_value(sh.sorted[i]), md);
-      best = better(best, prefix_draw(sh, p.seed, step, purpose, i));
+      best = better(best, prefix_draw(sh, seed, step, purpose, i));
       band->mass[j] = mass;
       band->token[j] = best.token;
     }
   }
 }
 template <int Threads>
-__device__ __noinline__ void write_band_out_of_line(MarginBand* band, const SlotParams& p, uint64_t step,
-                                                   uint32_t purpose, float zm, Stage2Shared<Threads>& sh) {
-  write_band<Threads>(band, p, step, purpose, zm, sh);
+__device__ __noinline__ void write_band_out_of_line(MarginBand* band, uint64_t seed, uint64_t step, uint32_t purpose,
+                                                   float zm, Stage2Shared<Threads>& sh) {
+  write_band<Threads>(band, seed, step, purpose, zm, sh);
 }
 
 // The verdict of a settled verification row (defined below).
@@ -354,9 +354,9 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
         if (banded) {
           const uint32_t purpose = detail::purpose(detail::Draw::kSampling, pro.position);
           if constexpr (kOutOfLine<Threads>)
-            write_band_out_of_line<Threads>(job.fast.bands + r, p, tab.step[slot], purpose, zm, sh);
+            write_band_out_of_line<Threads>(job.fast.bands + r, p.seed, tab.step[slot], purpose, zm, sh);
           else
-            write_band<Threads>(job.fast.bands + r, p, tab.step[slot], purpose, zm, sh);
+            write_band<Threads>(job.fast.bands + r, p.seed, tab.step[slot], purpose, zm, sh);
         }
       } else {
         kept_sum = sh.cum[kept - 1];

@@ -26,12 +26,11 @@ using PrefixScan = cub::BlockScan<double, Threads, cub::BLOCK_SCAN_WARP_SCANS>;
 #endif
 constexpr int32_t kWarpPrefixKeys = SONIC_WARP_PREFIX_KEYS;
 static_assert(kWarpPrefixKeys % 32 == 0 && kWarpPrefixKeys <= kGatherCap, "whole lanes of keys");
-// Wide blocks (row_stage2_kernel) call code that the common row (top-k or top-p, tokens only)
-// skips out of line: inlined, the common row jumps over it, and a jump of a few KB lands on code no
-// warp has fetched yet (a fetch from L2 at least; perf-notes v3.48). The fast kernel's forms keep
-// it inline.
+// Stage 2 (row_stage2_kernel's and the fast kernel's) calls code that the common row (top-k or
+// top-p, tokens only) skips out of line: inlined, the common row jumps over it, and a jump of a few
+// KB lands on code no warp has fetched yet (a fetch from L2 at least; perf-notes v3.48, v3.49).
 template <int Threads>
-constexpr bool kOutOfLine = Threads > kFastThreads;
+constexpr bool kOutOfLine = true;
 constexpr int32_t kShortPrefixCheck = 256;  // prefixes longer than this are checked for mass first
 constexpr int32_t kMassCutMin = 256;  // top-p-alone rows with more candidates at the bound cut them by mass
 
