@@ -352,19 +352,16 @@ __device__ __forceinline__ void for_each_listed_batch(const RowJob& job, int32_t
 }
 
 // Calls f(key, listed) for each of the row's candidates, `listed` telling whether the key is at or
-// above the row's bound; the lanes of a warp call it together (four loads in flight a thread).
+// above the row's bound; the lanes of a warp call it together (four loads in flight a thread). Out
+// of line (kept off the common row's path: stage2_shared.cuh), so f captures by copy what it reads:
+// its captures are the call's argument.
 template <int Threads, class F>
-__device__ __forceinline__ void for_each_listed(const RowJob& job, int32_t r, const Stage2Shared<Threads>& sh, F&& f) {
+__device__ __noinline__ void for_each_listed(const RowJob& job, int32_t r, const Stage2Shared<Threads>& sh, F f) {
   const unsigned long long bound = sh.bound;
   for_each_listed_batch<4>(job, r, sh, [&](const unsigned long long (&key)[4]) {
 #pragma unroll
     for (int b = 0; b < 4; ++b) f(key[b], kept_by(key[b], bound));
   });
-}
-template <int Threads, class F>
-__device__ __noinline__ void for_each_listed_out_of_line(const RowJob& job, int32_t r, const Stage2Shared<Threads>& sh,
-                                                         F f) {
-  for_each_listed(job, r, sh, f);
 }
 
 }  // namespace sonic::cuda

@@ -134,7 +134,7 @@ __device__ __noinline__ void rank_prefix_out_of_line(Stage2Shared<Threads>& sh, 
 // Whether the staged keys sh.staged[0, n) fall short of the mass need_mass against zm; if so, sets
 // sh.n past kGatherCap (the exact path's mark). The whole block calls it; barriers on both sides.
 template <int Threads>
-__device__ __forceinline__ bool staged_short_of_mass(Stage2Shared<Threads>& sh, int n, float zm, double need_mass) {
+__device__ __noinline__ bool staged_short_of_mass(Stage2Shared<Threads>& sh, int n, float zm, double need_mass) {
   const int tid = threadIdx.x;
   if (tid == 0) sh.staged_sum = 0.0;
   __syncthreads();
@@ -151,11 +151,6 @@ __device__ __forceinline__ bool staged_short_of_mass(Stage2Shared<Threads>& sh, 
     __syncthreads();
   }
   return short_of_mass;
-}
-template <int Threads>
-__device__ __noinline__ bool staged_short_of_mass_out_of_line(Stage2Shared<Threads>& sh, int n, float zm,
-                                                              double need_mass) {
-  return staged_short_of_mass(sh, n, zm, need_mass);
 }
 
 // Gathers the row's sorted prefix into sh.sorted[0, sh.n) as z keys (z = x / T) and returns zl: every
@@ -194,17 +189,15 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
   timeline_value(kValueCandidates, sh.n_all);
   timeline_value(kValueAtBound, n_bound);
   const bool in_smem = n_bound <= kBoundCap;
-  // f(key, listed) over the candidates at or above the bound, whole warps at a time. Wide blocks
-  // read candidates that sh.gathered cannot hold out of line (kOutOfLine), so each f captures the
-  // values it reads by copy: its captures are the out-of-line call's argument.
+  // f(key, listed) over the candidates at or above the bound, whole warps at a time. Candidates
+  // that sh.gathered cannot hold are read out of line (for_each_listed), so each f captures the
+  // values it reads by copy.
   auto for_each_candidate = [&](const auto& f) {
     if (in_smem) {
       for (int i = tid; i - (tid & 31) < n_bound; i += Threads) {
         const bool have = i < n_bound;
         f(have ? sh.gathered[i] : 0ull, have);
       }
-    } else if constexpr (kOutOfLine<Threads>) {
-      for_each_listed_out_of_line(job, r, sh, f);
     } else {
       for_each_listed(job, r, sh, f);
     }
@@ -257,14 +250,12 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
   // the sort, n^2 / Threads comparisons (77 us for the row done last at B = 128), is skipped.
   if (need_mass > 0.0 && n > kShortPrefixCheck && n <= kGatherCap && n < sh.valid) {
     const float zm = detail::apply_temperature(mx, T);
-    const bool short_of_mass = kOutOfLine<Threads> ? staged_short_of_mass_out_of_line(sh, n, zm, need_mass)
-                                                   : staged_short_of_mass(sh, n, zm, need_mass);
-    if (short_of_mass) return zl;
+    if (staged_short_of_mass(sh, n, zm, need_mass)) return zl;
   }
   if (n <= kGatherCap) {
     // Sort by rank: keys are distinct, so each key's rank is the number of larger keys. A wide block
     // with a short prefix (the common case: about 70 keys) counts each rank in four lanes and leaves
-    // its last n threads to the noise below; its other forms are out of line (kOutOfLine).
+    // its last n threads to the noise below; its other forms are out of line (stage2_shared.cuh).
     const int lanes = rank_lanes<Threads>(n);
     if (lanes == 4) rank_prefix<Threads, 4>(sh, n, with_x);
     else if constexpr (kEarlyNoise<Threads>) rank_prefix_out_of_line(sh, n, lanes, with_x);  // the fast kernel's: one lane

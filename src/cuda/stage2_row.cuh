@@ -104,7 +104,7 @@ __device__ __forceinline__ int decide_kept(const SlotParams& p, int32_t V, float
 // early noise into sorted order first): the route of prefixes longer than decided_by_warps takes.
 // The whole block calls it; it ends with a barrier.
 template <int Threads>
-__device__ __forceinline__ void scan_prefix_mass(Stage2Shared<Threads>& sh, int n, float zm) {
+__device__ __noinline__ void scan_prefix_mass(Stage2Shared<Threads>& sh, int n, float zm) {
   const int tid = threadIdx.x;
   if constexpr (kEarlyNoise<Threads>) sort_noise(sh, n, tid, Threads);
   double e[kScanItems<Threads>];
@@ -122,17 +122,13 @@ __device__ __forceinline__ void scan_prefix_mass(Stage2Shared<Threads>& sh, int 
   timeline_warp_arrive(kMarkDecided);
   __syncthreads();
 }
-template <int Threads>
-__device__ __noinline__ void scan_prefix_mass_out_of_line(Stage2Shared<Threads>& sh, int n, float zm) {
-  scan_prefix_mass(sh, n, zm);
-}
 
 // A flagged row's margin band (margin_band.cuh) from its sorted prefix: for each kept size c in
 // [sh.band_lo, sh.band_hi], the fixed mass of the first c keys against zm (the exact path's
 // integers) and the token the draw below takes from them (prefix_draw, so the two agree). The
 // whole block calls it, after decide_kept's barrier.
 template <int Threads>
-__device__ __forceinline__ void write_band(MarginBand* band, uint64_t seed, uint64_t step, uint32_t purpose,
+__device__ __noinline__ void write_band(MarginBand* band, uint64_t seed, uint64_t step, uint32_t purpose,
                                            float zm, Stage2Shared<Threads>& sh) {
   const int tid = threadIdx.x;
   const int lo = sh.band_lo, hi = sh.band_hi;
@@ -160,11 +156,6 @@ __device__ __forceinline__ void write_band(MarginBand* band, uint64_t seed, uint
     }
   }
 }
-template <int Threads>
-__device__ __noinline__ void write_band_out_of_line(MarginBand* band, uint64_t seed, uint64_t step, uint32_t purpose,
-                                                   float zm, Stage2Shared<Threads>& sh) {
-  write_band<Threads>(band, seed, step, purpose, zm, sh);
-}
 
 // The verdict of a settled verification row (defined below).
 template <int Threads>
@@ -172,19 +163,13 @@ __device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro
                             int kept, double kept_sum, float zm, int32_t token, bool early_correction,
                             Stage2Shared<Threads>& sh);
 // A settled row's outputs other than the common row's token and status (defined below; the whole
-// block calls it), and its out-of-line form for wide blocks (kOutOfLine), which take a RowJob and
-// a RowPrologue whose addresses are a kernel parameter's (__grid_constant__) and a copy's.
+// block calls it). Out of line, it takes a RowJob whose address is a kernel parameter's
+// (__grid_constant__) and the row's RowPrologue, RowKind and VerifyRow by value: by reference, the
+// caller would keep them on the stack.
 template <int Threads, Calls C>
-__device__ void settled_row_outputs(const RowJob& job, int32_t r, const RowPrologue& pro, const RowKind& k,
-                                    const VerifyRow& w, int kept, double kept_sum, float zm, int32_t token,
-                                    bool correction_only, bool prefix_ranks, Stage2Shared<Threads>& sh);
-template <int Threads, Calls C>
-__device__ __noinline__ void settled_row_outputs_out_of_line(const RowJob& job, int32_t r, RowPrologue pro, RowKind k,
-                                                             VerifyRow w, int kept, double kept_sum, float zm,
-                                                             int32_t token, bool correction_only, bool prefix_ranks,
-                                                             Stage2Shared<Threads>& sh) {
-  settled_row_outputs<Threads, C>(job, r, pro, k, w, kept, kept_sum, zm, token, correction_only, prefix_ranks, sh);
-}
+__device__ __noinline__ void settled_row_outputs(const RowJob& job, int32_t r, RowPrologue pro, RowKind k, VerifyRow w,
+                                                 int kept, double kept_sum, float zm, int32_t token,
+                                                 bool correction_only, bool prefix_ranks, Stage2Shared<Threads>& sh);
 
 // Stage 2 for row r (the whole block).
 template <int Threads, Calls C = Calls::kAny>
@@ -298,8 +283,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
         }
       }
       if (!by_warps) {
-        if constexpr (kOutOfLine<Threads>) scan_prefix_mass_out_of_line(sh, n, zm);
-        else scan_prefix_mass(sh, n, zm);
+        scan_prefix_mass(sh, n, zm);
       }
       // Wide blocks: warp 1 writes the draw's winners while warp 0 decides. Warp 1's code comes
       // first, so that warp 1, which ends the phase, runs on without a jump over warp 0's.
@@ -353,10 +337,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
                  !verifying && (p.flags & kSlotTopPJoint) && !(p.min_p > 0.0f);
         if (banded) {
           const uint32_t purpose = detail::purpose(detail::Draw::kSampling, pro.position);
-          if constexpr (kOutOfLine<Threads>)
-            write_band_out_of_line<Threads>(job.fast.bands + r, p.seed, tab.step[slot], purpose, zm, sh);
-          else
-            write_band<Threads>(job.fast.bands + r, p.seed, tab.step[slot], purpose, zm, sh);
+          write_band<Threads>(job.fast.bands + r, p.seed, tab.step[slot], purpose, zm, sh);
         }
       } else {
         kept_sum = sh.cum[kept - 1];
@@ -400,11 +381,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     timeline_warp_arrive(kMarkExit);
     return;
   }
-  if constexpr (kOutOfLine<Threads>)
-    settled_row_outputs_out_of_line<Threads, C>(job, r, pro, k, w, kept, kept_sum, zm, token, correction_only,
-                                                prefix_ranks, sh);
-  else
-    settled_row_outputs<Threads, C>(job, r, pro, k, w, kept, kept_sum, zm, token, correction_only, prefix_ranks, sh);
+  settled_row_outputs<Threads, C>(job, r, pro, k, w, kept, kept_sum, zm, token, correction_only, prefix_ranks, sh);
 }
 
 // The row verdict of a settled verification row (docs/design-verify.md). The kept set is
@@ -485,9 +462,9 @@ __device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro
 }
 
 template <int Threads, Calls C>
-__device__ void settled_row_outputs(const RowJob& job, int32_t r, const RowPrologue& pro, const RowKind& k,
-                                    const VerifyRow& w, int kept, double kept_sum, float zm, int32_t token,
-                                    bool correction_only, bool prefix_ranks, Stage2Shared<Threads>& sh) {
+__device__ __noinline__ void settled_row_outputs(const RowJob& job, int32_t r, RowPrologue pro, RowKind k, VerifyRow w,
+                                                 int kept, double kept_sum, float zm, int32_t token,
+                                                 bool correction_only, bool prefix_ranks, Stage2Shared<Threads>& sh) {
   const RowOutputs& out = job.out;
   const int tid = threadIdx.x;
   const bool verifying = verification_call<C>(job);

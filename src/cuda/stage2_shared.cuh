@@ -26,11 +26,13 @@ using PrefixScan = cub::BlockScan<double, Threads, cub::BLOCK_SCAN_WARP_SCANS>;
 #endif
 constexpr int32_t kWarpPrefixKeys = SONIC_WARP_PREFIX_KEYS;
 static_assert(kWarpPrefixKeys % 32 == 0 && kWarpPrefixKeys <= kGatherCap, "whole lanes of keys");
-// Stage 2 (row_stage2_kernel's and the fast kernel's) calls code that the common row (top-k or
-// top-p, tokens only) skips out of line: inlined, the common row jumps over it, and a jump of a few
-// KB lands on code no warp has fetched yet (a fetch from L2 at least; perf-notes v3.48, v3.49).
-template <int Threads>
-constexpr bool kOutOfLine = true;
+// Stage 2 (row_stage2_kernel's and the fast kernel's) keeps the code that the common row (top-k or
+// top-p, tokens only) skips out of line (__noinline__: for_each_listed, staged_short_of_mass, the
+// narrow ranks, scan_prefix_mass, write_band, settled_row_outputs): inlined, the common row jumps
+// over it, and a jump of a few KB lands on code no warp has fetched yet (a fetch from L2 at least;
+// perf-notes v3.48, v3.49). Their arguments are values, or references to shared memory or to a
+// kernel parameter: a reference to a local keeps it on the stack. (One helper taking a lambda for
+// all of them was tried: the lambda object went on the stack, frames 32 -> 608 bytes; v3.49.)
 constexpr int32_t kShortPrefixCheck = 256;  // prefixes longer than this are checked for mass first
 constexpr int32_t kMassCutMin = 256;  // top-p-alone rows with more candidates at the bound cut them by mass
 
