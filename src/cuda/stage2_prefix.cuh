@@ -258,8 +258,8 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
     // its last n threads to the noise below; its other forms are out of line (stage2_shared.cuh).
     const int lanes = rank_lanes<Threads>(n);
     if (lanes == 4) rank_prefix<Threads, 4>(sh, n, with_x);
-    else if constexpr (kEarlyNoise<Threads>) rank_prefix_out_of_line(sh, n, lanes, with_x);  // the fast kernel's: one lane
-    else rank_prefix<Threads, 1>(sh, n, with_x);
+    else if constexpr (kEarlyNoise<Threads>) rank_prefix_out_of_line(sh, n, lanes, with_x);
+    else rank_prefix<Threads, 1>(sh, n, with_x);  // the fast kernel's blocks: always one lane, inline
     // Meanwhile the block's last n threads (the prefix is short: about 70 keys, so the sort takes
     // the first 4n) draw every prefix token's noise, the draw's long dependent chain, and for prefixes
     // decided by two warps the n threads after the ranking lanes the keys' masses.
