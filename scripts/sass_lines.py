@@ -81,8 +81,6 @@ def read_csv(path):
     return [(s, int(e)) for s, e in zip(samples, executed)]
 
 
-
-
 def branch_target(text, labels):
     """The instruction index a branch lands on (not BRA.DIV, the divergent fallback), else None."""
     m = re.search(r"\bBRA\b.*`\((\.L_x_\d+)\)", text)

@@ -157,6 +157,12 @@ __device__ __noinline__ void write_band(MarginBand* band, uint64_t seed, uint64_
   }
 }
 
+// A row settled in stage 2 (thread 0): its status, and its exact-path flag cleared.
+__device__ __forceinline__ void write_settled_status(const RowJob& job, int32_t r, bool nan) {
+  if (job.out.status) job.out.status[r] = nan ? kStatusNaN : 0;
+  job.fast.exact_flags[r] = 0;
+}
+
 // The verdict of a settled verification row (defined below).
 template <int Threads>
 __device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro, const RowKind& k, const VerifyRow& w,
@@ -372,11 +378,12 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
   // kernels return) and without the branches of the other outputs, whose code cost about 0.5 us of
   // fetch after the barrier in the timeline (perf-notes v3.47); in wide blocks that code is out of
   // line, so that these stores lie near the exit rather than 31 KB ahead of the branch (v3.48).
+  // The test names every output settled_row_outputs writes (out.rank comes with prefix_ranks): an
+  // output added there must be added here.
   if (!verifying && !prefix_ranks && !out.final_ids && !out.top_ids && !out.logprob && !out.final_count) {
     if (tid == 0) {
       out.tokens[r] = token;
-      if (out.status) out.status[r] = sh.nan ? kStatusNaN : 0;
-      job.fast.exact_flags[r] = 0;
+      write_settled_status(job, r, sh.nan);
     }
     timeline_warp_arrive(kMarkExit);
     return;
@@ -456,8 +463,7 @@ __device__ void verdict_row(const RowJob& job, int32_t r, const RowPrologue& pro
   if (tid == 0) {
     if (job.out.logprob) job.out.logprob[r] = token_logprob(job, r, pro, k, emit, kept_sum, zm, sh);
     v.verdicts[r] = RowVerdict{emit, stop};
-    if (job.out.status) job.out.status[r] = sh.nan ? kStatusNaN : 0;
-    job.fast.exact_flags[r] = 0;
+    write_settled_status(job, r, sh.nan);
   }
 }
 
@@ -503,8 +509,7 @@ __device__ __noinline__ void settled_row_outputs(const RowJob& job, int32_t r, R
     if (out.logprob) out.logprob[r] = token_logprob(job, r, pro, k, token, kept_sum, zm, sh);
     if (out.final_count) out.final_count[r] = kept;
     out.tokens[r] = token;
-    if (out.status) out.status[r] = sh.nan ? kStatusNaN : 0;
-    job.fast.exact_flags[r] = 0;
+    write_settled_status(job, r, sh.nan);
   }
   timeline_warp_arrive(kMarkExit);  // the warp's outputs issued
 }
