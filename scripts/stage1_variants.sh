@@ -5,7 +5,8 @@
 # size, reuse it). Prints one table; logs come back in $OUT/variant_logs.tgz.
 #   scripts/stage1_variants.sh            (carry .deps)
 # SONIC_VARIANTS (space-separated names) picks some of them; SONIC_VARIANT_BENCH overrides the
-# benchmark's arguments; SONIC_VARIANT_TESTS (a gtest filter) runs those tests on each variant;
+# benchmark's arguments; SONIC_VARIANT_ROUNDS=N times them all N times in rotated orders and prints
+# the means; SONIC_VARIANT_TESTS (a gtest filter) runs those tests on each variant;
 # SONIC_BASE_BUILD names an existing build of the plain flags to reuse (device_check.sh's build-gpu).
 # A variant whose flags are "@DIR" builds the source tree in DIR instead (an earlier commit, say:
 #   git archive HEAD~1 | (mkdir -p .base && tar xm -C .base), then carry .base), so that old and new
@@ -73,14 +74,34 @@ for dir in "${!builds[@]}"; do
 done
 wait
 bench_args=${SONIC_VARIANT_BENCH:---V 151936 --dtype fp32,bf16 --case homog-peaked,hetero-peaked --B 1,32,128,512}
-for v in "${variants[@]}"; do
-  IFS=: read -r name flags env <<<"$v"
-  dir=$(build_dir "$flags")
-  if [ ! -x "$dir/bench/sonic_bench" ]; then echo "$name: build FAILED"; tail -5 "$L/build_${dir}.log"; continue; fi
-  if [ -n "${SONIC_VARIANT_TESTS:-}" ]; then
-    env $env "$dir/tests/sonic_gpu_tests" --gtest_filter="$SONIC_VARIANT_TESTS" >"$L/tests_$name.log" 2>&1
-    echo "$name: tests rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$L/tests_$name.log" | tr '\n' ' ')"
-  fi
-  env $env "$dir/bench/sonic_bench" --out "$L/bench_$name.jsonl" $bench_args >"$L/bench_$name.log" 2>&1
-  grep -E "^homog|^hetero" "$L/bench_$name.log" | awk -v n="$name" '{printf "%-9s %-13s %-5s B=%-4s graph %8s us eager %8s us %s exact rows %s\n", n, $1, $2, $4, $5, $6, $9, $NF}'
+# SONIC_VARIANT_ROUNDS=N times every variant N times, round r starting r places further down the
+# list, so that no variant is always the one timed first, straight after the builds (the working
+# tree's "base" was, in every call before v3.52); and one run's spread (about 0.1-0.2 µs at small
+# B) is the size of the effects timed here. The means over the rounds follow the rounds' lines.
+rounds=${SONIC_VARIANT_ROUNDS:-1}
+for ((round = 0; round < rounds; ++round)); do
+  for ((i = 0; i < ${#variants[@]}; ++i)); do
+    v=${variants[$(((i + round) % ${#variants[@]}))]}
+    IFS=: read -r name flags env <<<"$v"
+    dir=$(build_dir "$flags")
+    if [ ! -x "$dir/bench/sonic_bench" ]; then
+      ((round == 0)) && { echo "$name: build FAILED"; tail -5 "$L/build_${dir}.log"; }
+      continue
+    fi
+    if [ -n "${SONIC_VARIANT_TESTS:-}" ] && ((round == 0)); then
+      env $env "$dir/tests/sonic_gpu_tests" --gtest_filter="$SONIC_VARIANT_TESTS" >"$L/tests_$name.log" 2>&1
+      echo "$name: tests rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$L/tests_$name.log" | tr '\n' ' ')"
+    fi
+    log="$L/bench_$name.log"
+    ((round > 0)) && log="$L/bench_${name}_round$round.log"
+    env $env "$dir/bench/sonic_bench" --out "$L/bench_$name.jsonl" $bench_args >"$log" 2>&1
+    grep -E "^homog|^hetero" "$log" | awk -v n="$name" '{printf "%-9s %-13s %-5s B=%-4s graph %8s us eager %8s us %s exact rows %s\n", n, $1, $2, $4, $5, $6, $9, $NF}' |
+      tee -a "$L/rounds.txt"
+  done
 done
+if ((rounds > 1)); then
+  # Fields of the lines above: 1 name, 2 case, 3 dtype, 4 B=, 6 graph µs, 9 eager µs.
+  awk -v r="$rounds" '{k = sprintf("%-9s %-13s %-5s %-6s", $1, $2, $3, $4); order[k] = order[k] ? order[k] : ++n; g[k] += $6; e[k] += $9; c[k]++}
+    END {for (k in g) printf "%d\tmean of %d: %s graph %8.2f us eager %8.2f us\n", order[k], c[k], k, g[k] / c[k], e[k] / c[k]}' \
+    "$L/rounds.txt" | sort -n | cut -f2-
+fi
