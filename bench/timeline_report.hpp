@@ -377,8 +377,9 @@ void report(const std::string& label, int calls, int nbuf, Call call) {
   }
   std::printf("  exact kernel: first block starts +%.2f, last leaves +%.2f\n", field(&Phases::exact_start),
               field(&Phases::exact_end));
-  // The medians above miss a path that only some calls take, where the benchmark's mean does not
-  // (v3.52: rows of more than 32 kept keys, in 7 % of the calls at B = 1 and 43 % at B = 8).
+  // The medians above miss a path that only some calls take, and the benchmark's mean does not
+  // (v3.52: screened-after v3's out-of-line check, for rows of more than 32 kept keys: by a model,
+  // 7 % of the calls at B = 1 and 43 % at B = 8).
   auto over_calls = [&](auto value) {
     std::vector<double> v;
     for (const Phases& p : all) v.push_back(value(p));

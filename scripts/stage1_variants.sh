@@ -101,7 +101,7 @@ for ((round = 0; round < rounds; ++round)); do
 done
 if ((rounds > 1)); then
   # Fields of the lines above: 1 name, 2 case, 3 dtype, 4 B=, 6 graph µs, 9 eager µs.
-  awk -v r="$rounds" '{k = sprintf("%-9s %-13s %-5s %-6s", $1, $2, $3, $4); order[k] = order[k] ? order[k] : ++n; g[k] += $6; e[k] += $9; c[k]++}
+  awk '{k = sprintf("%-9s %-13s %-5s %-6s", $1, $2, $3, $4); order[k] = order[k] ? order[k] : ++n; g[k] += $6; e[k] += $9; c[k]++}
     END {for (k in g) printf "%d\tmean of %d: %s graph %8.2f us eager %8.2f us\n", order[k], c[k], k, g[k] / c[k], e[k] / c[k]}' \
     "$L/rounds.txt" | sort -n | cut -f2-
 fi
