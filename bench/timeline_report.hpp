@@ -327,11 +327,12 @@ void report(const std::string& label, int calls, int nbuf, Call call) {
     dump_raw(label, c, fast);
     all.push_back(phases_of(fast, exact, wide, warps));
   }
-  auto med = [&](auto value) {
+  auto per_call = [&](auto value) {
     std::vector<double> v;
     for (const Phases& p : all) v.push_back(value(p));
-    return median(v);
+    return v;
   };
+  auto med = [&](auto value) { return median(per_call(value)); };
   auto field = [&](double Phases::*f) { return med([f](const Phases& p) { return p.*f; }); };
   std::printf(
       "timeline %s (median of %d calls, us from the first block's start; marks resolve %.3f us):\n"
@@ -380,13 +381,8 @@ void report(const std::string& label, int calls, int nbuf, Call call) {
   // The medians above miss a path that only some calls take, and the benchmark's mean does not
   // (v3.52: screened-after v3's out-of-line check, for rows of more than 32 kept keys: by a model,
   // 7 % of the calls at B = 1 and 43 % at B = 8).
-  auto over_calls = [&](auto value) {
-    std::vector<double> v;
-    for (const Phases& p : all) v.push_back(value(p));
-    return spread(v);
-  };
-  const Spread end = over_calls([](const Phases& p) { return p.exact_end; });
-  const Spread kept = over_calls([](const Phases& p) { return p.value[sonic::cuda::kValueKept]; });
+  const Spread end = spread(per_call([](const Phases& p) { return p.exact_end; }));
+  const Spread kept = spread(per_call([](const Phases& p) { return p.value[sonic::cuda::kValueKept]; }));
   std::printf("  over the calls: the exact kernel's last block leaves at mean +%.2f, p90 +%.2f, latest +%.2f;"
               " the row done last keeps %.1f keys on average, at most %.0f\n",
               end.mean, end.p90, end.max, kept.mean, kept.max);
