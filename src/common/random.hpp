@@ -26,7 +26,15 @@ SONIC_HD Philox4 random_block(uint64_t seed, uint64_t step, uint32_t purpose_wor
 }
 
 SONIC_HD uint32_t random_word(uint64_t seed, uint64_t step, uint32_t purpose_word, uint32_t t) {
-  return random_block(seed, step, purpose_word, t >> 2).v[t & 3u];
+  const Philox4 b = random_block(seed, step, purpose_word, t >> 2);
+#if defined(__CUDA_ARCH__)
+  // Selects: an index into the block puts it in local memory, a store and a dependent load on the
+  // noise's chain (row_stage2's 16-byte stack frame).
+  const uint32_t lo = (t & 1u) ? b.v[1] : b.v[0], hi = (t & 1u) ? b.v[3] : b.v[2];
+  return (t & 2u) ? hi : lo;
+#else
+  return b.v[t & 3u];
+#endif
 }
 
 // v = min((float(w) + 0.5) * 2^-32, 1 - 2^-24) in fp32, round to nearest: v in [2^-33, 1 - 2^-24].

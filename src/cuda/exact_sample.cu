@@ -32,9 +32,6 @@ using detail::key_value;
 using detail::pack_key;
 
 constexpr int kBlock = 512;
-// |gumbel_from_uniform_fast - gumbel_from_uniform_exact| <= ulp(G) / 2 + 2^-20 < 2^-18 for every
-// uniform (G < 23; SharedRulesDevice checks all 2^32 words): 2^-16 leaves room for the double adds.
-constexpr double kFastNoiseSlack = 1.0 / 65536.0;
 
 // The cut that keeps every valid token: the smallest key of a score above -inf.
 __device__ __forceinline__ unsigned long long every_valid_cut() {
@@ -273,7 +270,7 @@ __device__ KeptDraw draw_kept(int32_t n, KeyFn key_of, unsigned long long cut, f
     if (want_totals && m < INFINITY) sum += exp(static_cast<double>(s) - static_cast<double>(m));
     screened = better(screened, ArgMax{base_of(s) + static_cast<double>(detail::gumbel_from_uniform_fast(uniform_of(t))), t});
   }
-  const double reach = block_argmax(screened, sh).score - 2.0 * kFastNoiseSlack;
+  const double reach = fast_noise_reach(block_argmax(screened, sh).score);
   timeline_mark(kMarkDrawScreened);
   ArgMax local{0.0, -1};
   for (int32_t i = threadIdx.x; i < n; i += kBlock) {
@@ -511,8 +508,8 @@ __device__ __forceinline__ bool split_top_k_gather(const RowJob& job, int32_t r,
 // into the row's SplitScratch by the keys' top 12 bits: mass, count and an upper bound of the
 // largest screened score. The row's last slice alone then finds the bucket of the cut (where the
 // top-p target falls, or min-p's), and in one pass over z gathers that bucket's keys and, from the
-// buckets above whose best screened score can come within 2 * kFastNoiseSlack of the kept set's
-// best (usually one bucket), the tokens whose own screened score does: the kept set's winner is
+// buckets above whose best screened score can reach fast_noise_reach of the kept set's best
+// (usually one bucket), the tokens whose own screened score does: the kept set's winner is
 // among them (see split_row). It selects the cut in shared memory and draws over the gathered keys
 // alone (draw_kept).
 // Top-k rows of k <= kSplitGatherKeys are covered too (the list below means larger k): their kept
@@ -618,13 +615,13 @@ __device__ __forceinline__ int32_t split_band_token(const RowJob& job, int32_t r
 // exact_row instead (its first slice for a row this does not cover, its last for a crowded one).
 //
 // Why the gathered keys hold the winner: let F be the best screened score f_t = z_t + G_fast(u_t)
-// over the kept set. The exact score of any token is within kFastNoiseSlack of f_t, so a token with
-// f_t < F - 2 * kFastNoiseSlack can neither win nor tie (the token at F scores above it). Every
-// bucket above the cut's is kept whole; its bound hi_b >= max f_t there, and lb = the next float
-// below the largest hi_b is <= F. A bucket with hi_b < lb - 2 * slack holds only such tokens, and
-// so does any token with f_t < lb - 2 * slack: gathering the cut's bucket and the other buckets'
-// tokens at or above lb - 2 * slack leaves out no token that can win, and F itself is among them:
-// draw_kept over them draws the kept set's token.
+// over the kept set. The exact score of any token is within kFastNoiseSlack of f_t (and the adds'
+// roundings), so a token with f_t < fast_noise_reach(F) can neither win nor tie (the token at F
+// scores above it). Every bucket above the cut's is kept whole; its bound hi_b >= max f_t there,
+// and lb = the next float below the largest hi_b is <= F. A bucket with hi_b < reach(lb) <=
+// reach(F) holds only such tokens, and so does any token with f_t < reach(lb): gathering the cut's
+// bucket and the other buckets' tokens at or above reach(lb) leaves out no token that can win, and
+// F itself is among them: draw_kept over them draws the kept set's token.
 __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t f, int32_t s, int32_t S, Shared& sh,
                                           unsigned long long* gathered) {
   const SlotTableView& tab = job.table;
@@ -770,14 +767,14 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
     const int b_p = sh.split_bucket;  // -1: no top-p, target 0, or rounding left it above the total
     const int b_c = max(static_cast<int>(cut >> 52), b_p);  // the cut's bucket; those above are kept whole
 
-    // The buckets above b_c to gather: hi_b >= lb - 2 * slack (lb: the next float below the largest).
+    // The buckets above b_c to gather: hi_b >= fast_noise_reach(lb) (lb: the next float below the largest).
     uint32_t lb = 0;
     for (int b = b_c + 1 + threadIdx.x; b < kSplitBuckets; b += kBlock) {
       const uint32_t hb = __ldcg(&scratch.best[b]);
       if (hb) lb = max(lb, detail::order_bits(nextafterf(detail::order_bits_to_float(hb), -INFINITY)));
     }
     lb = static_cast<uint32_t>(block_max_u64(lb, sh));
-    const double reach = lb ? static_cast<double>(detail::order_bits_to_float(lb)) - 2.0 * kFastNoiseSlack
+    const double reach = lb ? fast_noise_reach(static_cast<double>(detail::order_bits_to_float(lb)))
                             : static_cast<double>(INFINITY);
     // gathered[0, kSplitGatherKeys) lies over the slice's histogram (flushed); `take` just beyond it.
     uint8_t* take = reinterpret_cast<uint8_t*>(gathered + kSplitGatherKeys);

@@ -24,6 +24,13 @@ struct RowOutputs {
   int32_t* final_count;
   int64_t final_stride;
   int32_t final_capacity;
+
+  // Whether a row's outputs are its token and status alone: none of the outputs that stage 2's
+  // settled_row_outputs and the exact path write besides them. An output added above must be
+  // added here (stage2_row's common row stores its token and leaves when this holds).
+  __host__ __device__ bool tokens_only() const {
+    return !logprob && !rank && !top_ids && !final_ids && !final_count;
+  }
 };
 
 // The fast path's shapes. A block has 128 threads (4 warps). Each lane screens its tokens in groups

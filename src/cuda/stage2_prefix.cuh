@@ -9,14 +9,15 @@
 #include "cuda/stage2_merge.cuh"
 #include "cuda/stage2_shared.cuh"
 #include "cuda/timeline.cuh"
-#include "cuda/verify_row.cuh"  // gumbel_exact
+#include "cuda/verify_row.cuh"  // gumbel_exact, gumbel_fast, fast_noise_reach
 
 namespace sonic::cuda {
 
 // A row's sampling noise: token t's is gumbel_exact(seed, step, purpose, t). Blocks wider than the
 // fast kernel's compute it for the whole prefix in their idle warps while others sort it (on = true),
 // into sh.early.noise, so that the draw after the decision is a reduction; short prefixes also get
-// their masses against zm there (decided_by_warps).
+// their masses against zm there (decided_by_warps). The sampling form draws it there as gumbel_fast
+// instead (gather_prefix's FastNoise: the screened draw, fast_winner_rivalled).
 struct SampleNoise {
   bool on;
   uint64_t seed;
@@ -166,7 +167,10 @@ __device__ __noinline__ bool staged_short_of_mass(Stage2Shared<Threads>& sh, int
 // row falls short of it: nothing is sorted then. The candidates at or above the bound are read from
 // the list once, into shared memory, when they fit (the common case). With with_x, sh.sorted_x[i]
 // holds the x key of sh.sorted[i].
-template <int Threads>
+// With FastNoise (wide blocks' sampling form) the early noise is gumbel_fast's, for the screened draw
+// (fast_winner_rivalled): about a third of the exact noise's instructions, and the noise ends the
+// sorted phase (perf-notes v3.46: noise drawn 1.6 us into a phase of 1.6-1.8).
+template <int Threads, bool FastNoise = false>
 __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, int32_t want, float cut, bool with_x,
                                const SampleNoise& noise, double need_mass, Stage2Shared<Threads>& sh) {
   const int tid = threadIdx.x;
@@ -265,8 +269,11 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
     // decided by two warps the n threads after the ranking lanes the keys' masses.
     if constexpr (kEarlyNoise<Threads>)
       if (noise.on) {
-        for (int i = Threads - 1 - tid; i < n; i += Threads)
-          sh.early.staged_noise[i] = gumbel_exact(noise.seed, noise.step, noise.purpose, detail::key_token(sh.staged[i]));
+        for (int i = Threads - 1 - tid; i < n; i += Threads) {
+          const int32_t t = detail::key_token(sh.staged[i]);
+          if constexpr (FastNoise) sh.early.staged_noise[i] = gumbel_fast(noise.seed, noise.step, noise.purpose, t);
+          else sh.early.staged_noise[i] = gumbel_exact(noise.seed, noise.step, noise.purpose, t);
+        }
         const int i = tid - lanes * n;
         if (decided_by_warps<Threads>(n) && i >= 0 && i < n) sh.early.staged_mass[i] = key_mass(sh.staged[i], noise.zm);
 #if SONIC_TIMELINE
@@ -378,8 +385,9 @@ __device__ __forceinline__ void warp_prefix_mass(Stage2Shared<Threads>& sh, int 
 }
 
 // The draw's score of the sorted prefix's i-th key, z + its Gumbel noise in double (drawn early by
-// wide blocks, else now), exactly as the reference draws it, with its token. One expression for the
-// draw, the margin band and the winners, so that they agree.
+// wide blocks, else now), exactly as the reference draws it, with its token (in the screened draw's
+// form the early noise is gumbel_fast's: see fast_winner_rivalled). One expression for the draw,
+// the margin band and the winners, so that they agree.
 template <int Threads>
 __device__ __forceinline__ ArgMaxD prefix_draw(const Stage2Shared<Threads>& sh, uint64_t seed, uint64_t step,
                                                uint32_t purpose, int i) {
@@ -401,8 +409,16 @@ __device__ __forceinline__ ArgMaxD prefix_draw(const Stage2Shared<Threads>& sh, 
 // is the same in any order of comparison. Each lane takes a run of keys: its run's best, a warp scan
 // of the runs, then the run again from the lanes before it. Its loops stay rolled: one warp runs
 // this code once a row, and such code costs time by its count of instructions (perf-notes v3.47:
-// rolled, 456 fewer instructions, the winners were written 0.38 us sooner).
-template <int Threads>
+// rolled, 456 fewer instructions, the winners were written 0.38 us sooner). In the sampling form
+// the early noise is gumbel_fast's, and with Screened the second loop also screens the draw for
+// every kept size at once: sh.early.rival is set where some key's fast score
+// comes within fast_noise_near of the best fast score before it. Without such a key no kept size
+// has a rival (fast_winner_rivalled's sense): a rival j of k's winner w lies after w, so the best
+// before j is w's score and j's is within the reach below it, or before w, so w's score is at most
+// the reach above the best before w (which holds j's). A row with one draws again with the exact
+// noise after the decision; the screen costs the loop a subtraction, a fused multiply-add and a
+// compare a key, where a check after the decision cost the sampled phase its fetch (v3.51-v3.52).
+template <int Threads, bool Screened = false>
 __device__ __forceinline__ void write_prefix_winners(Stage2Shared<Threads>& sh, int n) {
   static_assert(kEarlyNoise<Threads>, "the early noise, in sorted order");
   const int lane = threadIdx.x & 31;
@@ -419,11 +435,47 @@ __device__ __forceinline__ void write_prefix_winners(Stage2Shared<Threads>& sh, 
   }
   ArgMaxD best{__shfl_up_sync(0xFFFFFFFFu, run.score, 1), __shfl_up_sync(0xFFFFFFFFu, run.token, 1)};
   if (lane == 0) best.token = -1;
+  bool near = false;
 #pragma unroll 1
   for (int i = begin; i < end; ++i) {
-    best = better_select(best, draw(i));
+    const ArgMaxD d = draw(i);
+    if constexpr (Screened) near |= (best.token >= 0) & (fabs(d.score - best.score) <= fast_noise_near(best.score));
+    best = better_select(best, d);
     sh.early.winner[i] = best.token;
   }
+  if constexpr (Screened) {
+    const bool any = __any_sync(0xFFFFFFFFu, near);
+    if (lane == 0) sh.early.rival = any;
+  }
+}
+
+// The screened draw (wide blocks' sampling form, whose early noise is gumbel_fast's), after the
+// decision, in every warp alike: whether the fast noise's winner of the kept set might not be the
+// exact noise's, another kept key's fast score coming within fast_noise_reach of the winner's. It
+// reads write_prefix_winners' screen, which covers every kept size at once: it may send a row
+// without such a rival to the exact noise (a key near the best before it, outside the kept set:
+// about a row in a thousand) but never passes one with a rival. Checks of the one kept set after
+// the decision cost more than they saved: their code's fetch, and an out-of-line loop for rows of
+// more than 32 kept keys (perf-notes v3.51-v3.53; docs/experiments/screened-after.patch's history).
+template <int Threads>
+__device__ __forceinline__ bool fast_winner_rivalled(const Stage2Shared<Threads>& sh) {
+  static_assert(kEarlyNoise<Threads>, "the early noise, in sorted order");
+  return sh.early.rival != 0;
+}
+
+// The screened draw's fallback (wide blocks, the whole block, after the decision): the winner over
+// the sorted prefix's first `kept` keys with the exact noise, for a row the screen flags (two of
+// its prefix's scores within about 2^-15: a row in a thousand or fewer). Out of line: the common row
+// never runs it.
+template <int Threads>
+__device__ __noinline__ int32_t exact_prefix_winner(Stage2Shared<Threads>& sh, uint64_t seed, uint64_t step,
+                                                    uint32_t purpose, int kept) {
+  ArgMaxD local{0.0, -1};
+  for (int i = threadIdx.x; i < kept; i += Threads) {
+    const int32_t t = detail::key_token(sh.sorted[i]);
+    local = better(local, ArgMaxD{static_cast<double>(detail::key_value(sh.sorted[i])) + gumbel_exact(seed, step, purpose, t), t});
+  }
+  return block_best<Threads>(local, sh.temp.best).token;
 }
 
 }  // namespace sonic::cuda

@@ -4,8 +4,10 @@
 // bound's value, so the set's tokens with z above z(bound) are exactly the row's first n tokens in
 // the total order (a true prefix). Steps 6-8 (min-p, top-k, both top-p rules) are decided on that
 // prefix when it holds the kept set, and the row is sampled by Gumbel-max with the noise in double,
-// as the reference does. Rows it cannot settle (kept set beyond the prefix, +inf or no valid logits,
-// rank or top-N outputs) are flagged for the exact path. It writes outputs, never the request table.
+// as the reference does (the sampling form of wide blocks screens with the fast noise first and
+// draws the exact noise only where two scores come within its error: the same token). Rows it
+// cannot settle (kept set beyond the prefix, +inf or no valid logits, rank or top-N outputs) are
+// flagged for the exact path. It writes outputs, never the request table.
 // The phases live in stage2_merge.cuh (statistics and candidate lists), stage2_prefix.cuh (the sorted
 // prefix) and stage2_outputs.cuh (logprobs, ranks, top N); this file decides and draws.
 #pragma once
@@ -126,12 +128,17 @@ __device__ __noinline__ void scan_prefix_mass(Stage2Shared<Threads>& sh, int n, 
 // A flagged row's margin band (margin_band.cuh) from its sorted prefix: for each kept size c in
 // [sh.band_lo, sh.band_hi], the fixed mass of the first c keys against zm (the exact path's
 // integers) and the token the draw below takes from them (prefix_draw, so the two agree). The
-// whole block calls it, after decide_kept's barrier.
-template <int Threads>
+// whole block calls it, after decide_kept's barrier. ExactNoiseFirst (the screened draw's form,
+// whose early noise is gumbel_fast's): the first band_hi keys' early noise is drawn again, exactly.
+template <int Threads, bool ExactNoiseFirst = false>
 __device__ __noinline__ void write_band(MarginBand* band, uint64_t seed, uint64_t step, uint32_t purpose,
                                            float zm, Stage2Shared<Threads>& sh) {
   const int tid = threadIdx.x;
   const int lo = sh.band_lo, hi = sh.band_hi;
+  if constexpr (ExactNoiseFirst) {
+    for (int i = tid; i < hi; i += Threads) sh.early.noise[i] = gumbel_exact(seed, step, purpose, detail::key_token(sh.sorted[i]));
+    __syncthreads();
+  }
   const double md = zm;
   unsigned long long below = 0;
   ArgMaxD best{0.0, -1};
@@ -186,6 +193,10 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
   const RowOutputs& out = job.out;
   const SlotParams& p = pro.p;
   const int tid = threadIdx.x;
+  // The sampling form of wide blocks draws its early noise fast and screens the winner
+  // (fast_winner_rivalled); verification's forms keep the exact early noise, which their
+  // corrections take as it is (verdict_row).
+  constexpr bool kScreened = kEarlyNoise<Threads> && C == Calls::kSampling;
   merge_row(job, r, k, sh);
   timeline_mark(kMarkMerged);
   const bool verifying = verification_call<C>(job);
@@ -269,7 +280,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
     const bool top_p_alone = p.top_p < 1.0f && p.min_p <= 0.0f && !top_k_on && n_top == 0;
     const double need_mass =
         top_p_alone ? static_cast<double>(p.top_p) * sh.sum_all * (1.0 - 1e-9) : 0.0;
-    const float zl = gather_prefix(job, r, mx, T, want, cut, with_x, noise, need_mass, sh);
+    const float zl = gather_prefix<Threads, kScreened>(job, r, mx, T, want, cut, with_x, noise, need_mass, sh);
     timeline_mark(kMarkGathered);
     const int n = sh.n;
     // The top N in the processed and raw modes must lie in the prefix (the final mode's are kept).
@@ -295,7 +306,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
       // first, so that warp 1, which ends the phase, runs on without a jump over warp 0's.
       if constexpr (kEarlyNoise<Threads>)
         if (tid / 32 == 1 && n > 0 && !correction_only) {
-          write_prefix_winners(sh, n);
+          write_prefix_winners<Threads, kScreened>(sh, n);
 #if SONIC_TIMELINE
           __syncwarp();
           timeline_warp_point(kPointWinnersWritten, static_cast<unsigned>(sh.early.winner[n - 1]));
@@ -343,7 +354,7 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
                  !verifying && (p.flags & kSlotTopPJoint) && !(p.min_p > 0.0f);
         if (banded) {
           const uint32_t purpose = detail::purpose(detail::Draw::kSampling, pro.position);
-          write_band<Threads>(job.fast.bands + r, p.seed, tab.step[slot], purpose, zm, sh);
+          write_band<Threads, kScreened>(job.fast.bands + r, p.seed, tab.step[slot], purpose, zm, sh);
         }
       } else {
         kept_sum = sh.cum[kept - 1];
@@ -352,6 +363,10 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
         // Gumbel-max over the kept set, noise in double exactly as the reference draws it.
         if constexpr (kEarlyNoise<Threads>) {
           token = sh.early.winner[kept - 1];  // write_prefix_winners, before the decision's barrier
+          if constexpr (kScreened)
+            if (fast_winner_rivalled<Threads>(sh))  // the same in every warp
+              token = exact_prefix_winner<Threads>(sh, p.seed, tab.step[slot],
+                                                   detail::purpose(detail::Draw::kSampling, pro.position), kept);
         } else {
           const uint32_t purpose = detail::purpose(detail::Draw::kSampling, pro.position);
           const uint64_t step = tab.step[slot];
@@ -378,9 +393,8 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
   // kernels return) and without the branches of the other outputs, whose code cost about 0.5 us of
   // fetch after the barrier in the timeline (perf-notes v3.47); in wide blocks that code is out of
   // line, so that these stores lie near the exit rather than 31 KB ahead of the branch (v3.48).
-  // The test names every output settled_row_outputs writes (out.rank comes with prefix_ranks): an
-  // output added there must be added here.
-  if (!verifying && !prefix_ranks && !out.final_ids && !out.top_ids && !out.logprob && !out.final_count) {
+  // (A row with ranks or the top N that reaches here has prefix_ranks: tokens_only is false for it.)
+  if (!verifying && out.tokens_only()) {
     if (tid == 0) {
       out.tokens[r] = token;
       write_settled_status(job, r, sh.nan);

@@ -64,6 +64,7 @@ struct Stage2Shared {
       double noise[kGatherCap];         // of sorted[i]
       int32_t rank[kGatherCap];         // staged[i] is sorted[rank[i]]
       double staged_mass[kWarpPrefixKeys > 0 ? kWarpPrefixKeys : 1];  // exp(z - z_max) of staged[i] (decided_by_warps)
+      int32_t rival;  // the screened draw: a key of the prefix near the best before it (write_prefix_winners)
     } early;
   };
   unsigned long long sorted[kGatherCap];    // z keys, descending

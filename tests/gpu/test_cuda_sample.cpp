@@ -888,6 +888,87 @@ void crowded_top_agrees(int32_t V) {
 TEST(CudaExactPath, CrowdedTopTokensMatchReference) { crowded_top_agrees(151936); }
 TEST(CudaExactPath, CrowdedTopTokensSmallVocabulary) { crowded_top_agrees(3001); }
 
+// Draws the fast noise cannot settle. row_stage2's sampling form draws its prefix's noise with
+// gumbel_fast and takes the exact noise only where another key's score comes within the fast noise's
+// error of the winner's (fast_noise_reach); the fast kernel's stage 2 (B > 132) draws the exact noise
+// throughout. Rows of two or three leaders far above N(0, 1) logits (T 1) whose exact perturbed
+// scores z + G agree to within a float step of z (z = 40 + G_0 - G_j rounded: within 2^-19 of each
+// other), and control rows whose leaders' scores lie 2^-12 apart, a row in four; top-k 20, 50 or 130
+// by row, so that write_prefix_winners' screen runs over prefixes of one to several keys a lane.
+// Every token must be the reference's, with no near-tie allowance: the screen is exact. Tokens-only
+// calls and calls with every output, 64 rows (row_stage2_kernel) and 160 (the fast kernel).
+void near_tied_leaders_agree(int32_t V, int32_t R, int calls) {
+  std::mt19937_64 rng(5151 + V + R);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Batch b = plain_batch(V, R);
+  for (int32_t r = 0; r < R; ++r) {
+    sonic::RequestParams& p = b.params[r];
+    p.seed = rng();
+    p.initial_step = rng() % 1000;
+    p.temperature = 1.0f;
+    // Prefixes of one to several keys a lane in write_prefix_winners' screen.
+    p.top_k = r % 3 == 0 ? 20 : r % 3 == 1 ? 50 : 130;
+  }
+  sonic::Sampler cpu(make_config(sonic::Backend::kCpu, V, R)), gpu(make_config(sonic::Backend::kCuda, V, R));
+  const std::vector<int32_t> slots = scattered_slots(R);
+  for (int32_t r = 0; r < R; ++r) {
+    cpu.admit(slots[r], b.params[r], nullptr, 0);
+    gpu.admit(slots[r], b.params[r], nullptr, 0);
+  }
+  int tied = 0, apart = 0;
+  for (int call = 0; call < calls; ++call) {
+    for (int32_t r = 0; r < R; ++r) {
+      float* row = b.logits.data() + static_cast<size_t>(r) * V;
+      for (int32_t t = 0; t < V; ++t) row[t] = normal(rng);
+      const sonic::RequestParams& p = b.params[r];
+      const uint64_t step = cpu.step(slots[r]);
+      auto noise = [&](int32_t t) {
+        const uint32_t w = sonic::detail::random_word(p.seed, step, sonic::detail::purpose(sonic::detail::Draw::kSampling, 0), t);
+        return sonic::detail::gumbel_from_uniform_exact(sonic::detail::uniform_from_word(w));
+      };
+      const int leaders = 2 + static_cast<int>(rng() % 2);
+      const bool control = r % 4 == 3;
+      int32_t ids[3];
+      for (int j = 0; j < leaders; ++j) {
+        bool fresh;
+        do {
+          ids[j] = static_cast<int32_t>(rng() % V);
+          fresh = true;
+          for (int i = 0; i < j; ++i) fresh &= ids[i] != ids[j];
+        } while (!fresh);
+        // z_j = 40 + G_0 - G_j (+ j 2^-12 for the controls), in [14, 66]: far above the rest.
+        row[ids[j]] = static_cast<float>(40.0 + noise(ids[0]) - noise(ids[j]) + (control ? j * 0x1p-12 : 0.0));
+      }
+      double hi = -INFINITY, second = -INFINITY;
+      for (int j = 0; j < leaders; ++j) {
+        const double sc = static_cast<double>(row[ids[j]]) + noise(ids[j]);
+        second = std::max(second, std::min(hi, sc));
+        hi = std::max(hi, sc);
+      }
+      tied += hi - second < 0x1p-16;
+      apart += hi - second > 0x1p-14;
+    }
+    const Outputs what = call % 2 == 0 ? Outputs::kTokensOnly : Outputs::kAll;
+    const HostOutputs hc = run(cpu, b, slots, sonic::LogprobMode::kProcessed, {}, what);
+    const HostOutputs hg = run(gpu, b, slots, sonic::LogprobMode::kProcessed, {}, what);
+    for (int32_t r = 0; r < R; ++r) {
+      EXPECT_EQ(hg.tokens[r], hc.tokens[r]) << "V " << V << " R " << R << " call " << call << " row " << r;
+      EXPECT_EQ(hg.status[r], hc.status[r]) << "V " << V << " R " << R << " call " << call << " row " << r;
+    }
+  }
+  std::printf("near-tied leaders V=%d R=%d: %d rows, %d with the top two exact scores within 2^-16, %d apart, "
+              "exact rows %llu\n", V, R, R * calls, tied, apart, static_cast<unsigned long long>(gpu.exact_path_rows()));
+  // The rows must test both sides of the screen: rivals within its reach (2^-15) and winners outside.
+  EXPECT_GE(tied, R * calls / 2);
+  EXPECT_GE(apart, R * calls / 8);
+}
+
+TEST(CudaScreenedDraw, NearTiedLeadersMatchReferenceExactly) {
+  near_tied_leaders_agree(151936, 64, 4);
+  near_tied_leaders_agree(151936, 160, 2);
+}
+TEST(CudaScreenedDraw, SmallVocabulary) { near_tied_leaders_agree(3001, 16, 2); }
+
 // Rows of two leaders far above the rest (the exact path's top-k tests): N(0, 1) logits, one token
 // at 40.25 and another at 40.0, at T = 1.
 void place_two_leaders(float* row, int32_t V, std::mt19937_64& rng, std::normal_distribution<float>& normal) {
