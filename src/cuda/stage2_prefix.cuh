@@ -385,14 +385,15 @@ __device__ __forceinline__ void warp_prefix_mass(Stage2Shared<Threads>& sh, int 
 }
 
 // The draw's score of the sorted prefix's i-th key, z + its Gumbel noise in double (drawn early by
-// wide blocks, else now), exactly as the reference draws it, with its token (in the screened draw's
-// form the early noise is gumbel_fast's: see fast_winner_rivalled). One expression for the draw,
-// the margin band and the winners, so that they agree.
+// wide blocks, else now; noise_now draws it now in any block), exactly as the reference draws it,
+// with its token (in the screened draw's form the early noise is gumbel_fast's: see
+// fast_winner_rivalled). One expression for the draw, the margin band and the winners, so that they
+// agree.
 template <int Threads>
 __device__ __forceinline__ ArgMaxD prefix_draw(const Stage2Shared<Threads>& sh, uint64_t seed, uint64_t step,
-                                               uint32_t purpose, int i) {
+                                               uint32_t purpose, int i, bool noise_now = !kEarlyNoise<Threads>) {
   const int32_t t = detail::key_token(sh.sorted[i]);
-  const double g = kEarlyNoise<Threads> ? sh.early.noise[i] : gumbel_exact(seed, step, purpose, t);
+  const double g = noise_now ? gumbel_exact(seed, step, purpose, t) : sh.early.noise[i];
   return ArgMaxD{static_cast<double>(detail::key_value(sh.sorted[i])) + g, t};
 }
 // Wide blocks, whose noise is in sh.early.noise: the same without the noise's key.
@@ -449,6 +450,16 @@ __device__ __forceinline__ void write_prefix_winners(Stage2Shared<Threads>& sh, 
   }
 }
 
+// The whole block: the Gumbel-max winner over the sorted prefix's first `kept` keys with the exact
+// noise drawn now (prefix_draw's noise_now): narrow blocks' draw, and the screened draw's fallback.
+template <int Threads>
+__device__ __forceinline__ int32_t kept_winner_noise_now(Stage2Shared<Threads>& sh, uint64_t seed, uint64_t step,
+                                                         uint32_t purpose, int kept) {
+  ArgMaxD local{0.0, -1};
+  for (int i = threadIdx.x; i < kept; i += Threads) local = better(local, prefix_draw(sh, seed, step, purpose, i, true));
+  return block_best<Threads>(local, sh.temp.best).token;
+}
+
 // The screened draw (wide blocks' sampling form, whose early noise is gumbel_fast's), after the
 // decision, in every warp alike: whether the fast noise's winner of the kept set might not be the
 // exact noise's, another kept key's fast score coming within fast_noise_reach of the winner's. It
@@ -470,12 +481,7 @@ __device__ __forceinline__ bool fast_winner_rivalled(const Stage2Shared<Threads>
 template <int Threads>
 __device__ __noinline__ int32_t exact_prefix_winner(Stage2Shared<Threads>& sh, uint64_t seed, uint64_t step,
                                                     uint32_t purpose, int kept) {
-  ArgMaxD local{0.0, -1};
-  for (int i = threadIdx.x; i < kept; i += Threads) {
-    const int32_t t = detail::key_token(sh.sorted[i]);
-    local = better(local, ArgMaxD{static_cast<double>(detail::key_value(sh.sorted[i])) + gumbel_exact(seed, step, purpose, t), t});
-  }
-  return block_best<Threads>(local, sh.temp.best).token;
+  return kept_winner_noise_now<Threads>(sh, seed, step, purpose, kept);
 }
 
 }  // namespace sonic::cuda

@@ -368,11 +368,8 @@ __device__ void stage2_row(const RowJob& job, int32_t r, int32_t slot, const Row
               token = exact_prefix_winner<Threads>(sh, p.seed, tab.step[slot],
                                                    detail::purpose(detail::Draw::kSampling, pro.position), kept);
         } else {
-          const uint32_t purpose = detail::purpose(detail::Draw::kSampling, pro.position);
-          const uint64_t step = tab.step[slot];
-          ArgMaxD local{0.0, -1};
-          for (int i = tid; i < kept; i += Threads) local = better(local, prefix_draw(sh, p.seed, step, purpose, i));
-          token = block_best<Threads>(local, sh.temp.best).token;
+          token = kept_winner_noise_now<Threads>(sh, p.seed, tab.step[slot],
+                                                 detail::purpose(detail::Draw::kSampling, pro.position), kept);
         }
         timeline_mark(kMarkSampled);
       }
