@@ -17,6 +17,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/dependent_launch.cuh"
 #include "cuda/fixed_mass.cuh"
+#include "cuda/gumbel_noise.cuh"
 #include "cuda/margin_band.cuh"
 #include "cuda/prologue.cuh"
 #include "cuda/row_job.cuh"

@@ -6,10 +6,10 @@
 
 #include "common/random.hpp"
 #include "common/token_rules.hpp"
+#include "cuda/gumbel_noise.cuh"
 #include "cuda/stage2_merge.cuh"
 #include "cuda/stage2_shared.cuh"
 #include "cuda/timeline.cuh"
-#include "cuda/verify_row.cuh"  // gumbel_exact, gumbel_fast, fast_noise_reach
 
 namespace sonic::cuda {
 

@@ -14,6 +14,7 @@
 
 #include "common/random.hpp"
 #include "common/token_rules.hpp"
+#include "cuda/gumbel_noise.cuh"
 #include "cuda/margin_band.cuh"
 #include "cuda/row_kind.cuh"
 #include "cuda/row_outputs.cuh"
