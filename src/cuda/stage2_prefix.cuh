@@ -467,7 +467,8 @@ __device__ __forceinline__ int32_t kept_winner_noise_now(Stage2Shared<Threads>& 
 // without such a rival to the exact noise (a key near the best before it, outside the kept set:
 // about a row in a thousand) but never passes one with a rival. Checks of the one kept set after
 // the decision cost more than they saved: their code's fetch, and an out-of-line loop for rows of
-// more than 32 kept keys (perf-notes v3.51-v3.53; docs/experiments/screened-after.patch's history).
+// more than 32 kept keys (perf-notes v3.51-v3.53; git has those forms in
+// docs/experiments/screened-after.patch at d900c23).
 template <int Threads>
 __device__ __forceinline__ bool fast_winner_rivalled(const Stage2Shared<Threads>& sh) {
   static_assert(kEarlyNoise<Threads>, "the early noise, in sorted order");
