@@ -41,9 +41,24 @@ __device__ __forceinline__ void wait_for_prerequisite_grid() {
 // which the count is complete: a slow or preempted grid before costs time, never a hang.
 constexpr long long kCountSpinCycles = 1ll << 20;
 
+// Adds n to *counter, releasing the block's writes: those of its threads ordered before the caller
+// by a barrier (release is cumulative) are visible to any thread that acquires the count (by
+// wait_for_count, or acquire_counted_writes after reading it). Returns the count before. One
+// MEMBAR.ALL.GPU before the atomic, where __threadfence and a relaxed atomic cost a MEMBAR.SC.GPU:
+// -0.1 us a call on average at B = 1 to 128 on an H100, none worse by more than 0.06 (v3.56 call 2).
+__device__ __forceinline__ int32_t count_release(int32_t* counter, int32_t n) {
+  int32_t before;
+  asm volatile("atom.release.gpu.global.add.s32 %0, [%1], %2;" : "=r"(before) : "l"(counter), "r"(n) : "memory");
+  return before;
+}
+
+// After a read of a count that showed every count_release it waits for: makes the writes those
+// released visible to this thread (and, after a barrier, to its block).
+__device__ __forceinline__ void acquire_counted_writes() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+
 // Waits until *counter reaches target and every write counted is visible to the block: the grid
-// before counts with a fence, then an atomic add. Without SONIC_COUNTED_START, waits for the grid
-// before instead. The whole block calls it.
+// before counts with count_release. Without SONIC_COUNTED_START, waits for the grid before
+// instead. The whole block calls it.
 __device__ __forceinline__ void wait_for_count(const int32_t* counter, int32_t target) {
 #if SONIC_COUNTED_START
   if (threadIdx.x == 0) {

@@ -1014,19 +1014,18 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
     // statistics before counting it as done; the last chunk acquires the others', or
     // row_stage2_kernel's block of the row waits for the count (wait_for_count).
     if (!f.separate_stage2) {
-      __threadfence();
-      const bool last = atomicAdd(f.tiles_done + r, done) == f.chunks - done;
-      if (last) __threadfence();
+      const bool last = count_release(f.tiles_done + r, done) == f.chunks - done;
+      if (last) acquire_counted_writes();
       *last_flag = last;
     } else if (SONIC_COUNTED_START) {
-      __threadfence();
-      atomicAdd(f.tiles_done + r, done);
+      count_release(f.tiles_done + r, done);
     }
   }
   timeline_mark(kMarkChunkDone);
   // With stage 2 in row_stage2_kernel no chunk is the last. Without SONIC_COUNTED_START that kernel
-  // waits for this grid to complete (and so sees every chunk's writes): the fence and the counting
-  // atomic (about 1 us of each block's end at B = 1, the timeline's "chunk end") are left out.
+  // waits for this grid to complete (and so sees every chunk's writes): the counting release atomic
+  // (with __threadfence before v3.56, about 1 us of each block's end at B = 1, the timeline's "chunk
+  // end") is left out.
   if (f.separate_stage2) return false;
   __syncthreads();
   return *last_flag != 0;
