@@ -713,7 +713,8 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
       atomicMax(&h_best[b], detail::order_bits(__fadd_ru(zt, g)));  // >= the double sum draw_kept forms
     }
   });
-  __threadfence();  // this thread's z before the slice's count (below)
+  // Every thread's z is published by thread 0's count below: the barrier orders it before that
+  // release, which is cumulative (dependent_launch.cuh, count_release).
   nan_seen = __syncthreads_or(nan_seen);
   for (int b = threadIdx.x; buckets && b < kSplitBuckets; b += kBlock)
     if (h_n[b]) {
@@ -725,13 +726,13 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
   if (threadIdx.x == 0) {
     atomicAdd(scratch.total, total);
     if (nan_seen) atomicOr(scratch.nan, 1);
-    __threadfence();  // this slice's z and sums before its count
-    sh.split_last = atomicAdd(scratch.done, 1) == S - 1;
+    // This slice's z and sums before its count; the last slice acquires the others'.
+    sh.split_last = count_release(scratch.done, 1) == S - 1;
+    if (sh.split_last) acquire_counted_writes();
   }
   __syncthreads();
   timeline_mark(kMarkChunkDone);
   if (!sh.split_last) return false;  // the row's last slice goes on alone
-  __threadfence();
   const int32_t row_nan = __ldcg(scratch.nan);
   // The gathered keys: gathered[0, n_front) (the cut's bucket, or a top-k row's buckets) and
   // gathered[kSplitGatherKeys - n_back, kSplitGatherKeys) (near-best tokens above the cut's bucket);
@@ -1057,10 +1058,9 @@ __global__ void __launch_bounds__(kBlock) exact_sample_kernel(RowJob job) {
     __syncthreads();  // the next row reuses the shared memory (and, whole, the scratch slot)
   }
   if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(job.fast.rows_done, 1) == static_cast<int>(gridDim.x) - 1;
+    last = count_release(job.fast.rows_done, 1) == static_cast<int>(gridDim.x) - 1;
     if (last) {
-      __threadfence();
+      acquire_counted_writes();
       *job.fast.rows_done = 0;
       *job.fast.flagged = 0;
     }

@@ -206,9 +206,9 @@ template <DType D, bool Tails, int Loads, Calls C>
 __global__ void __launch_bounds__(kFastThreads, SONIC_FAST_MIN_BLOCKS) fast_sample_kernel(const __grid_constant__ RowJob job) {
   fast_sample_block<D, Tails, Loads, C>(job);
   // The row tails' grid must not complete before the heads' grid (the kernels after it wait for it
-  // alone): its last block to finish waits for that grid, and only that block.
+  // alone): its last block to finish waits for that grid, and only that block. The count orders no
+  // data (each chunk published its own with count_release), so it is a relaxed atomic.
   if (Tails && job.fast.tail_launch && threadIdx.x == 0) {
-    __threadfence();
     if (atomicAdd(job.fast.tails_done, 1) == static_cast<int>(gridDim.x * gridDim.y) - 1) {
       wait_for_prerequisite_grid();
       *job.fast.tails_done = 0;
