@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cuda/atomic>
 #include <utility>
 
 #include "cuda/cuda_check.hpp"
@@ -17,14 +18,14 @@ namespace sonic::cuda {
 // This block no longer needs the SM room a dependent kernel's early launch would take.
 __device__ __forceinline__ void allow_dependent_launch() {
 #if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  cudaTriggerProgrammaticLaunchCompletion();
 #endif
 }
 
 // Waits until the kernel this one depends on has completed and its writes are visible.
 __device__ __forceinline__ void wait_for_prerequisite_grid() {
 #if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  cudaGridDependencySynchronize();
 #endif
 }
 
@@ -41,6 +42,10 @@ __device__ __forceinline__ void wait_for_prerequisite_grid() {
 // which the count is complete: a slow or preempted grid before costs time, never a hang.
 constexpr long long kCountSpinCycles = 1ll << 20;
 
+// The counts' atomics are PTX with the .global space: libcu++'s ::cuda::atomic_ref emits the
+// generic-address forms (ATOM and LD in place of ATOMG and LDG: other SASS, not validated; v3.57).
+// The fence and the grid-dependency calls are the library's: the same SASS as PTX.
+
 // Adds n to *counter, releasing the block's writes: those of its threads ordered before the caller
 // by a barrier (release is cumulative) are visible to any thread that acquires the count (by
 // wait_for_count, or acquire_counted_writes after reading it). Returns the count before. One
@@ -54,7 +59,9 @@ __device__ __forceinline__ int32_t count_release(int32_t* counter, int32_t n) {
 
 // After a read of a count that showed every count_release it waits for: makes the writes those
 // released visible to this thread (and, after a barrier, to its block).
-__device__ __forceinline__ void acquire_counted_writes() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+__device__ __forceinline__ void acquire_counted_writes() {
+  ::cuda::atomic_thread_fence(::cuda::std::memory_order_acquire, ::cuda::thread_scope_device);
+}
 
 // Waits until *counter reaches target and every write counted is visible to the block: the grid
 // before counts with count_release. Without SONIC_COUNTED_START, waits for the grid before
