@@ -14,7 +14,9 @@
 #                                build: an experiment's -D switch), SONIC_NCU_ENV (environment for the
 #                                benchmark, e.g. SONIC_CUDA_HELPERS=0)
 # Caches are not flushed between replays (--cache-control none): a kernel after the fast one finds
-# the candidates in L2, as it does outside the profiler.
+# the candidates in L2, as it does outside the profiler. SONIC_NCU_CACHE=all flushes them before each
+# profiled pass instead: the kernel's code and tables come from memory, as in serving, where the LM
+# head streams through L2 between calls (perf-notes lever 8).
 # The per-line tables come back in $OUT/source_tables.tgz; scripts/sass_lines.py maps the SASS table to
 # source lines and scoreboards with a local disassembly of the same build.
 set -uo pipefail
@@ -34,7 +36,7 @@ for b in ${SONIC_NCU_B:-1 512}; do
     "$bench" "${args[@]}" >"$L/durations_B$b.log" 2>&1
   grep -E "sample_kernel|gpu__time_duration" "$L/durations_B$b.log" | paste - - |
     sed -E 's/.*(fast_sample_kernel|row_stage2_kernel|exact_sample_kernel).*gpu__time_duration.sum +([a-z]+) +([0-9.,]+).*/\1 \3 \2/' | head -9
-  env ${SONIC_NCU_ENV:-} ncu --clock-control none --cache-control none --warp-sampling-interval "${SONIC_NCU_INTERVAL:-auto}" \
+  env ${SONIC_NCU_ENV:-} ncu --clock-control none --cache-control "${SONIC_NCU_CACHE:-none}" --warp-sampling-interval "${SONIC_NCU_INTERVAL:-auto}" \
     -k regex:"${SONIC_NCU_KERNEL:-fast_sample}" -s 2 -c 1 --section SpeedOfLight --section Occupancy \
     --section WarpStateStats --section SchedulerStats --section SourceCounters --import-source yes \
     ${SONIC_NCU_MEMORY:+--section MemoryWorkloadAnalysis} \
