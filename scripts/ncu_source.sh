@@ -12,7 +12,8 @@
 #                                and memory lines printed: is a stream held by the memory system or by
 #                                the SM's load pipeline?), SONIC_NCU_CUDA_FLAGS (more CUDA flags for the
 #                                build: an experiment's -D switch), SONIC_NCU_ENV (environment for the
-#                                benchmark, e.g. SONIC_CUDA_HELPERS=0)
+#                                benchmark, e.g. SONIC_CUDA_HELPERS=0), SONIC_NCU_CACHE (all: the caches
+#                                flushed before the sampled pass, below)
 # Caches are not flushed between replays (--cache-control none): a kernel after the fast one finds
 # the candidates in L2, as it does outside the profiler. SONIC_NCU_CACHE=all flushes them before each
 # profiled pass instead: the kernel's code and tables come from memory, as in serving, where the LM
