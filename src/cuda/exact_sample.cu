@@ -713,8 +713,8 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
       atomicMax(&h_best[b], detail::order_bits(__fadd_ru(zt, g)));  // >= the double sum draw_kept forms
     }
   });
-  // Every thread's z is published by thread 0's count below: the barrier orders it before that
-  // release, which is cumulative (dependent_launch.cuh, count_release).
+  // Every thread's z and bucket sums are published by thread 0's count below: the barriers order
+  // them before that release, which is cumulative (dependent_launch.cuh, count_release).
   nan_seen = __syncthreads_or(nan_seen);
   for (int b = threadIdx.x; buckets && b < kSplitBuckets; b += kBlock)
     if (h_n[b]) {
