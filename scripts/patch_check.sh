@@ -30,7 +30,8 @@ for p in "$@"; do
   rm -rf ".pc-$n" && mkdir ".pc-$n"
   tar c --exclude=./.git --exclude='./.pc-*' --exclude='./build*' --exclude=./bench/results --exclude=./.deps --exclude=./.whl . |
     tar xm -C ".pc-$n"
-  (cd ".pc-$n" && patch -s -p1 < "../$p") || { echo "$p: patch FAILED"; exit 1; }
+  pa=$(realpath "$p")
+  (cd ".pc-$n" && patch -s -p1 <"$pa") || { echo "$p: patch FAILED"; exit 1; }
 done
 validate=${SONIC_VALIDATE:-${names[0]}}
 cfg() { cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 "${gtest[@]}" \
