@@ -13,6 +13,9 @@
 #                      1,8,64,256; fp32,bf16), V = 151936
 #   SONIC_COLD_B       batch sizes of a homog-peaked run with --cold-l2 1 (default 1,8; empty: none)
 #   SONIC_SUITES       more suites a round: "verify" (3 drafts, B 8 and 64) and/or "topk" (B 1, 64, 512)
+#   SONIC_VALIDATE_FIRST=1  the suite and the sanitizers before the runs, which then take what is left
+#                      of SONIC_CALL_LIMIT (when device time is scarce: a form timed but not validated
+#                      cannot merge)
 # Results in $OUT: runs.txt ("run TREE case dtype B us", case homog-cold for the cold diagnostic,
 # verify-CASE, topk-kK), each tree's sample jsonl (r_TREE.jsonl), check.txt, logs.tgz; printed: each
 # tree's mean difference from main by kind of cell.
@@ -49,6 +52,19 @@ for n in "${names[@]}"; do
 done
 wait
 echo "builds done at $((SECONDS - t0)) s"
+validate_tree() {  # the suite and the sanitizers on the tree named by SONIC_VALIDATE
+  [ "$validate" == none ] && return 0
+  run_gpu_tests "build-pc-$validate" echo >"$OUT/check.txt" 2>&1
+  head -6 "$OUT/check.txt"
+  echo "tests done at $((SECONDS - t0)) s"
+  if [ "${SONIC_VALIDATE_FIRST:-0}" == 1 ] || [ $((SECONDS - t0)) -lt $((limit - 130)) ]; then
+    run_sanitizers "build-pc-$validate" echo >>"$OUT/check.txt" 2>&1
+    grep compute-sanitizer "$OUT/check.txt"
+  else
+    echo "sanitizers skipped: $((SECONDS - t0)) s of $limit"
+  fi
+}
+[ "${SONIC_VALIDATE_FIRST:-0}" == 1 ] && { validate_tree; reserve=25; }
 order=(main "${names[@]}")
 for v in "${order[@]}"; do
   [ -x "build-pc-$v/bench/sonic_bench" ] || { echo "$v: no sonic_bench"; tail -30 "$L/build_$v.log"; exit 1; }
@@ -88,14 +104,5 @@ for n in "${names[@]}"; do
       g=a[1]=="homog-cold" ? "cold" : a[1] ~ /^verify/ ? "verify" : a[1] ~ /^topk/ ? "topk" : "warm"; t[g]+=d; m[g]++}
       for (g in t) printf "mean %s - main, %s: %+.3f us over %d cells\n", v, g, t[g]/m[g], m[g]}' "$runs"
 done
-[ "$validate" == none ] && { echo "done at $((SECONDS - t0)) s"; exit 0; }
-run_gpu_tests "build-pc-$validate" echo >"$OUT/check.txt" 2>&1
-head -6 "$OUT/check.txt"
-echo "tests done at $((SECONDS - t0)) s"
-if [ $((SECONDS - t0)) -lt $((limit - 130)) ]; then
-  run_sanitizers "build-pc-$validate" echo >>"$OUT/check.txt" 2>&1
-  grep compute-sanitizer "$OUT/check.txt"
-else
-  echo "sanitizers skipped: $((SECONDS - t0)) s of $limit"
-fi
+[ "${SONIC_VALIDATE_FIRST:-0}" != 1 ] && validate_tree
 echo "done at $((SECONDS - t0)) s"
