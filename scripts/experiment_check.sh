@@ -16,6 +16,11 @@
 # SONIC_EXPERIMENT_STEPS picks steps (default "bench tests sanitize timeline"); SONIC_VARIANT_VERIFY adds
 # the verify suite to the bench step; SONIC_EXPERIMENT_ENV adds variants of the new tree's build that
 # differ by their environment ("name:VAR=value;name2:VAR=value"), timed beside it (bench only).
+# A further tree given as a patch file (docs/experiments/NAME.patch) is the reference tree with that
+# patch applied, made here (.pc-NAME, which need not be carried). SONIC_EXPERIMENT_VALIDATE_FIRST=1
+# runs the tests and sanitize steps before the timing, for calls whose device time may run out (a
+# form timed but not validated cannot merge, perf-notes v3.58). SONIC_VARIANT_BENCH with `--cold-l2 1`
+# also times each call with the L2 flushed (lines "CASE-cold", stage1_variants.sh).
 set -uo pipefail
 ref=${1:?usage: scripts/experiment_check.sh REF_TREE [TREE ...]}
 shift
@@ -36,10 +41,25 @@ for e in "${envs[@]}"; do
   extra+=";$name::${e#*:}" names+=" $name"
 done
 for t in "${others[@]}"; do
+  if [[ $t == *.patch ]]; then  # the reference tree with this patch
+    p=$(realpath "$t")
+    t=.pc-$(basename "$t" .patch)
+    rm -rf "$t" && mkdir "$t" && tar c -C "$ref" . | tar xm -C "$t"
+    (cd "$t" && patch -s -p1 <"$p") || { echo "$p: patch FAILED"; exit 1; }
+  fi
   name=$(basename "$t" | tr -d .)
   trees+=("$name:$(tree_build "$t"):$name")
   extra+=";$name:@$t:" names+=" $name"
 done
+rc=0
+validate() {
+  has tests && { run_gpu_tests $new echo || rc=1; }
+  has sanitize && { run_sanitizers $new echo || rc=1; }
+}
+if [ "${SONIC_EXPERIMENT_VALIDATE_FIRST:-0}" == 1 ]; then  # the builds alone (no round), then the checks
+  SONIC_VARIANT_ROUNDS=0 SONIC_VARIANTS_EXTRA="$extra" SONIC_VARIANTS="$names" scripts/stage1_variants.sh
+  validate
+fi
 SONIC_VARIANTS_EXTRA="$extra" SONIC_VARIANTS="$names" scripts/stage1_variants.sh | sed 's/^base /new  /'
 for v in "${trees[@]}"; do
   IFS=: read -r name dir variant <<<"$v"
@@ -57,9 +77,7 @@ for v in "${trees[@]}"; do
     fi
   fi
 done
-rc=0
-has tests && { run_gpu_tests $new echo || rc=1; }
-has sanitize && { run_sanitizers $new echo || rc=1; }
+[ "${SONIC_EXPERIMENT_VALIDATE_FIRST:-0}" == 1 ] || validate
 if has timeline; then
   wait
   build-timeline/bench/sonic_bench --out /tmp/timeline.jsonl --timeline 20 \

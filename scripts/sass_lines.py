@@ -31,6 +31,13 @@ counts a waiting warp, so a target that many warps reach together weighs more th
 critical path (perf-notes v3.48: the common row's far jumps, 14-23 samples at each target).
 
   scripts/sass_lines.py row_stage2.sass sass_B1.csv --kernel row_stage2_kernelILNS0_5CallsE0 --fetch 4
+
+--spills prints each chosen kernel's local-memory stores and loads (STL / LDL) with their source
+lines and the innermost loop around each (between a backward branch's target and the branch), so
+that a frame which `sass_fingerprint.sh --sizes` shows growing can be told apart: spills outside
+the loops cost little, one in the screen's step loop a load a step (perf-notes v3.58). No ncu table.
+
+  scripts/sass_lines.py fast.sass --spills [--kernel DTypeE1]
 """
 import argparse
 import collections
@@ -87,6 +94,35 @@ def branch_target(text, labels):
     return labels.get(m.group(1)) if m and "BRA.DIV" not in text else None
 
 
+def kernel_names(path):
+    """The mangled names of a disassembly's kernels, in order (not the lambdas' sections)."""
+    names = []
+    for l in open(path):
+        if l.startswith("//-----") and ".text." in l:
+            name = l.split(".text.")[1].split()[0]
+            if not name.endswith("clEi"):
+                names.append(name)
+    return names
+
+
+def print_spills(path, kernel):
+    for name in kernel_names(path):
+        if kernel not in name:
+            continue
+        labels = {}
+        ins = read_sass(path, name, labels)
+        loops = [(to, k) for k, (_, text, *_) in enumerate(ins)
+                 if (to := branch_target(text, labels)) is not None and to <= k]
+        spills = [k for k, (_, text, *_) in enumerate(ins) if re.match(r"(@!?U?P\w+ )?(STL|LDL)\b", text)]
+        if not spills:
+            continue
+        print(name)
+        for k in spills:
+            spans = [16 * (hi - lo) for lo, hi in loops if lo <= k <= hi]
+            where = f"in a loop of {min(spans)} bytes" if spans else "outside loops"
+            print(f"  {16 * k:#8x}  {ins[k][1].split()[0]:7s} {ins[k][0]:32s} {where}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("sass")
@@ -97,7 +133,11 @@ def main():
     ap.add_argument("--footprint", action="store_true")
     ap.add_argument("--jumps", type=int, default=0)
     ap.add_argument("--fetch", type=int, default=0)
+    ap.add_argument("--spills", action="store_true")
     a = ap.parse_args()
+    if a.spills:
+        print_spills(a.sass, a.kernel)
+        return
     if a.fetch:
         if not a.csv:
             ap.error("--fetch needs the ncu table")
@@ -130,7 +170,7 @@ def main():
                     print(f"{16 * k:#8x} +{16 * (to - k):6d}{runs}  {text[:48]:48s}  [{line}]")
         return
     if not a.csv:
-        ap.error("the ncu table is needed except with --jumps")
+        ap.error("the ncu table is needed except with --jumps and --spills")
     ins, prof = read_sass(a.sass, a.kernel), read_csv(a.csv)
     if len(ins) != len(prof):
         print(f"warning: {len(ins)} instructions disassembled, {len(prof)} profiled: not the same build?")
