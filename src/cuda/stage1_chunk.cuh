@@ -653,27 +653,31 @@ __device__ __forceinline__ void screen_group(const ScreenContext& c, StepSlot<D,
   bool clean = true;  // no NaN, no -inf: the common case needs no count
 #pragma unroll
   for (int i = 0; i < kGroupTokens; ++i) clean &= x[i] > -INFINITY;
-  if (!clean) {
-    bool nan = false;
-#pragma unroll
-    for (int i = 0; i < kGroupTokens; ++i) nan |= detail::is_nan(x[i]);
-    acc.nan |= nan;
-  }
-  if (k.need_raw) {  // the input logits, before any rule
-    float m = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < kGroupTokens; ++i) m = fmaxf(m, x[i]);
-    if (acc.raw.rebase(m, 1.0f)) acc.raw.add_group(x, 1.0f);
-  }
   uint32_t special = 0;
-  int valid_if_clean = kGroupTokens;
-  if (pro.has_rules)
-    special = apply_rules<D>(c, slot, g, base, acc.bound_hi, special_tokens, x, valid_if_clean);
-  int group_valid = valid_if_clean;  // the rules' count, without a pass over the registers
-  if (!clean) {
-    group_valid = 0;
+  int group_valid = kGroupTokens;
+  // What only some groups need, in one block behind one branch: ptxas lays each `if` out inline, so
+  // the common group (clean, no raw sums, no rules) jumped over three blocks, each jump's target an
+  // instruction fetch when the code is cold (perf-notes v3.57 call 7, v3.58).
+  if (!clean || k.need_raw || pro.has_rules) {
+    if (!clean) {
+      bool nan = false;
 #pragma unroll
-    for (int i = 0; i < kGroupTokens; ++i) group_valid += x[i] > -INFINITY;
+      for (int i = 0; i < kGroupTokens; ++i) nan |= detail::is_nan(x[i]);
+      acc.nan |= nan;
+    }
+    if (k.need_raw) {  // the input logits, before any rule
+      float m = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < kGroupTokens; ++i) m = fmaxf(m, x[i]);
+      if (acc.raw.rebase(m, 1.0f)) acc.raw.add_group(x, 1.0f);
+    }
+    if (pro.has_rules)  // group_valid: the rules' count, without a pass over the registers
+      special = apply_rules<D>(c, slot, g, base, acc.bound_hi, special_tokens, x, group_valid);
+    if (!clean) {
+      group_valid = 0;
+#pragma unroll
+      for (int i = 0; i < kGroupTokens; ++i) group_valid += x[i] > -INFINITY;
+    }
   }
   acc.valid += group_valid;
 
@@ -830,6 +834,56 @@ __device__ __forceinline__ WarpSummary summarise_warp(const RowKind& k, const La
   return s;
 }
 
+// The chunk's TileStat from its warps' summaries, formed by every warp of the block alike (whole in
+// each warp's lane 0, which adds the sums; thread 0 publishes it): lane l holds warp l % kFastWarps's
+// summary. The maxima, counts and winner reduce by shuffles within each group of kFastWarps lanes,
+// in any order; the sums are each lane's term, which lane 0 adds in warp order, the sums of a loop
+// over the warps bit for bit (a term left out adds +0). Thread 0 alone looping over the warps ran
+// about 260 instructions with a branch around each warp's winner and term; the same combine in warp
+// 0's lanes was 0.1-0.4 µs faster warm and 0.5-1.3 cold at small B (perf-notes v3.58). Every warp,
+// not warp 0 alone: behind a warp-uniform branch ptxas gave each shuffle a divergent fallback (+900
+// instructions in the kAny forms) and moved the 16-bit forms' registers into a spill inside the
+// screen's loop.
+__device__ __forceinline__ TileStat combine_warp_summaries(float inv_t, const WarpSummary* warps) {
+  static_assert(kFastWarps == 4, "two shuffle steps span a summary group");
+  const WarpSummary& ws = warps[threadIdx.x & (kFastWarps - 1)];
+  auto across = [](auto v, auto op) {
+    v = op(v, __shfl_xor_sync(0xFFFFFFFFu, v, 1));
+    return op(v, __shfl_xor_sync(0xFFFFFFFFu, v, 2));
+  };
+  auto max_of = [](auto a, auto b) { return max(a, b); };
+  TileStat t;
+  t.max_key = across(ws.max_key, max_of);
+  t.bound = across(ws.bound, max_of);
+  t.valid = across(ws.valid, [](int32_t a, int32_t b) { return a + b; });
+  t.nan = across(ws.nan, [](int32_t a, int32_t b) { return a | b; });
+  t.raw_max = across(ws.raw_max, [](float a, float b) { return fmaxf(a, b); });
+  ArgMaxF win = ws.win;
+#pragma unroll
+  for (int o = 1; o < kFastWarps; o <<= 1)
+    win = better_select(win, ArgMaxF{__shfl_xor_sync(0xFFFFFFFFu, win.score, o), __shfl_xor_sync(0xFFFFFFFFu, win.token, o)});
+  t.win_score = win.score;
+  t.win_token = win.token;
+  // Sums of 2^(x c - K), K = sum_scale of the chunk's maximum (x, or the raw logit), which stage
+  // 2 forms again from TileStat's maxima: exact rescales (ExpSum). A term is formed in every lane
+  // whatever its conditions (finite: exact_pow2 clamps) and kept by a select, not a branch. A sum
+  // the row does not need has no maximum (summarise_warp leaves ExpSum{}), so no term.
+  const float tm = t.max_key ? detail::key_value(t.max_key) : -INFINITY;
+  const float c = sum_base2(inv_t), c_raw = sum_base2(1.0f);
+  const float sum_term = ws.sum * exact_pow2(sum_scale(ws.sum_max, c) - sum_scale(tm, c));
+  const float raw_term = ws.raw_sum * exact_pow2(sum_scale(ws.raw_max, c_raw) - sum_scale(t.raw_max, c_raw));
+  const float own_sum = ws.sum_max > -INFINITY && tm < INFINITY ? sum_term : 0.0f;
+  const float own_raw = ws.raw_max > -INFINITY && t.raw_max < INFINITY ? raw_term : 0.0f;
+  t.sum = 0.0f;
+  t.raw_sum = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kFastWarps; ++w) {
+    t.sum += __shfl_sync(0xFFFFFFFFu, own_sum, w);
+    t.raw_sum += __shfl_sync(0xFFFFFFFFu, own_raw, w);
+  }
+  return t;
+}
+
 // The chunk's tiles [first, end) of a row for this kernel's shape.
 struct ChunkRange {
   int32_t first, end;
@@ -954,41 +1008,9 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
   if ((threadIdx.x & 31) == 0) sh.warp[warp] = s;
   __syncthreads();
   timeline_mark(kMarkScreened);
+  // Every warp combines the summaries alike (no branch around the shuffles); thread 0 publishes.
+  TileStat t = combine_warp_summaries(k.inv_t, sh.warp);
   if (threadIdx.x == 0) {
-    TileStat t;
-    t.max_key = 0;
-    t.bound = 0;
-    t.valid = 0;
-    t.nan = 0;
-    t.raw_max = -INFINITY;
-    ArgMaxF win{0.0f, -1};
-#pragma unroll
-    for (int w = 0; w < kFastWarps; ++w) {
-      const WarpSummary& ws = sh.warp[w];
-      t.max_key = max(t.max_key, ws.max_key);
-      t.bound = max(t.bound, ws.bound);
-      t.valid += ws.valid;
-      t.nan |= ws.nan;
-      t.raw_max = fmaxf(t.raw_max, ws.raw_max);
-      win = better(win, ws.win);
-    }
-    // Sums of 2^(x c - K), K = sum_scale of the chunk's maximum (x, or the raw logit), which stage
-    // 2 forms again from TileStat's maxima: exact rescales (ExpSum).
-    const float tm = t.max_key ? detail::key_value(t.max_key) : -INFINITY;
-    const float c = sum_base2(k.inv_t), c_raw = sum_base2(1.0f);
-    const float sum_k = sum_scale(tm, c), raw_k = sum_scale(t.raw_max, c_raw);
-    t.sum = 0.0f;
-    t.raw_sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kFastWarps; ++w) {
-      const WarpSummary& ws = sh.warp[w];
-      if (k.need_sum && ws.sum_max > -INFINITY && tm < INFINITY)
-        t.sum += ws.sum * exact_pow2(sum_scale(ws.sum_max, c) - sum_k);
-      if (k.need_raw && ws.raw_max > -INFINITY && t.raw_max < INFINITY)
-        t.raw_sum += ws.raw_sum * exact_pow2(sum_scale(ws.raw_max, c_raw) - raw_k);
-    }
-    t.win_score = win.score;
-    t.win_token = win.token;
     t.count = sh.count;
     job.fast.stats[static_cast<int64_t>(r) * f.chunks + chunk] = t;
     // A head whose tail is empty (a row without tails, or a last chunk no longer than tail_first)
