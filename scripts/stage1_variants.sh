@@ -97,7 +97,10 @@ for ((round = 0; round < rounds; ++round)); do
     env $env "$dir/bench/sonic_bench" --out "$L/bench_$name.jsonl" $bench_args >"$log" 2>&1
     # With `--cold-l2 1` in the benchmark's arguments, each case's "cold L2 (diagnostic)" line follows
     # it: a line of its own, case "CASE-cold", the flushed call's µs as its graph figure.
-    awk -v n="$name" '/^homog|^hetero/ {c = $1; d = $2; b = $4; printf "%-9s %-13s %-5s B=%-4s graph %8s us eager %8s us %s exact rows %s\n", n, $1, $2, $4, $5, $6, $9, $NF}
+    # A case line: its name, then dtype, V and B (any suite's case: topp-sharp-peaked too).
+    awk -v n="$name" '$2 ~ /^(fp32|bf16|fp16)$/ && $3 ~ /^[0-9]+$/ && $4 ~ /^[0-9]+$/ {
+        c = $1; d = $2; b = $4; rows = $0; sub(/.*exact rows /, "", rows); sub(/ .*/, "", rows)
+        printf "%-9s %-13s %-5s B=%-4s graph %8s us eager %8s us %s exact rows %s\n", n, $1, $2, $4, $5, $6, $9, rows}
       /cold L2 \(diagnostic\)/ {printf "%-9s %-13s %-5s B=%-4s graph %8s us eager %8s us %s exact rows %s\n", n, c "-cold", d, b, $4, "-", "-", "-"}' "$log" |
       tee -a "$L/rounds.txt"
   done

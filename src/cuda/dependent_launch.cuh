@@ -63,6 +63,15 @@ __device__ __forceinline__ void acquire_counted_writes() {
   ::cuda::atomic_thread_fence(::cuda::std::memory_order_acquire, ::cuda::thread_scope_device);
 }
 
+// Counts n more of total on *counter (count_release); true for the caller whose count completes
+// it, which has then acquired every other count's writes. The fast kernel's chunks, the exact
+// kernel's slices of a row and its blocks end this way.
+__device__ __forceinline__ bool count_release_completes(int32_t* counter, int32_t n, int32_t total) {
+  const bool completes = count_release(counter, n) == total - n;
+  if (completes) acquire_counted_writes();
+  return completes;
+}
+
 // Waits until *counter reaches target and every write counted is visible to the block: the grid
 // before counts with count_release. Without SONIC_COUNTED_START, waits for the grid before
 // instead. The whole block calls it.

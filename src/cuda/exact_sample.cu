@@ -727,8 +727,7 @@ __device__ __forceinline__ bool split_row(const RowJob& job, int32_t r, int32_t 
     atomicAdd(scratch.total, total);
     if (nan_seen) atomicOr(scratch.nan, 1);
     // This slice's z and sums before its count; the last slice acquires the others'.
-    sh.split_last = count_release(scratch.done, 1) == S - 1;
-    if (sh.split_last) acquire_counted_writes();
+    sh.split_last = count_release_completes(scratch.done, 1, S);
   }
   __syncthreads();
   timeline_mark(kMarkChunkDone);
@@ -1058,9 +1057,8 @@ __global__ void __launch_bounds__(kBlock) exact_sample_kernel(RowJob job) {
     __syncthreads();  // the next row reuses the shared memory (and, whole, the scratch slot)
   }
   if (threadIdx.x == 0) {
-    last = count_release(job.fast.rows_done, 1) == static_cast<int>(gridDim.x) - 1;
+    last = count_release_completes(job.fast.rows_done, 1, static_cast<int32_t>(gridDim.x));
     if (last) {
-      acquire_counted_writes();
       *job.fast.rows_done = 0;
       *job.fast.flagged = 0;
     }

@@ -1036,9 +1036,7 @@ __device__ bool stage1_chunk(const RowJob& job, int32_t r, int32_t chunk, int32_
     // statistics before counting it as done; the last chunk acquires the others', or
     // row_stage2_kernel's block of the row waits for the count (wait_for_count).
     if (!f.separate_stage2) {
-      const bool last = count_release(f.tiles_done + r, done) == f.chunks - done;
-      if (last) acquire_counted_writes();
-      *last_flag = last;
+      *last_flag = count_release_completes(f.tiles_done + r, done, f.chunks);
     } else if (SONIC_COUNTED_START) {
       count_release(f.tiles_done + r, done);
     }
