@@ -12,7 +12,7 @@
 # four compute-sanitizer tools on the new tree's build; the new tree's phase timeline
 # (SONIC_TIMELINE_ARGS, built in the background meanwhile). Results: $OUT/h200_new.jsonl,
 # $OUT/h200_ref.jsonl and one file a further tree, named after it without its dots (commit
-# "unknown": label them when appending to bench/results), logs in $OUT/*.tgz.
+# "unknown": scripts/append_results.py labels and appends them to bench/results), logs in $OUT/*.tgz.
 # SONIC_EXPERIMENT_STEPS picks steps (default "bench tests sanitize timeline"); SONIC_VARIANT_VERIFY adds
 # the verify suite to the bench step; SONIC_EXPERIMENT_ENV adds variants of the new tree's build that
 # differ by their environment ("name:VAR=value;name2:VAR=value"), timed beside it (bench only).
