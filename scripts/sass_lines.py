@@ -45,6 +45,15 @@ import csv
 import re
 
 
+def section_name(line):
+    """The kernel a disassembly line's section header names, or None (not a header, or a lambda's
+    section, which is not a kernel)."""
+    if not (line.startswith("//-----") and ".text." in line):
+        return None
+    name = line.split(".text.")[1].split()[0]
+    return None if name.endswith("clEi") else name
+
+
 def read_sass(path, kernel, labels=None):
     """[(source line, instruction text, write sb, read sb, wait mask)] of the chosen kernel; with
     `labels` (a dict), each branch label's instruction index into it."""
@@ -53,8 +62,8 @@ def read_sass(path, kernel, labels=None):
     while i < len(lines):
         l = lines[i]
         if l.startswith("//-----") and ".text." in l:
-            name = l.split(".text.")[1].split()[0]
-            on = kernel in name and not name.endswith("clEi")  # lambdas' sections are not the kernel
+            name = section_name(l)
+            on = name is not None and kernel in name
         m = re.match(r"(\.L_x_\d+):", l)
         if on and m and labels is not None:
             labels[m.group(1)] = len(out)
@@ -95,14 +104,8 @@ def branch_target(text, labels):
 
 
 def kernel_names(path):
-    """The mangled names of a disassembly's kernels, in order (not the lambdas' sections)."""
-    names = []
-    for l in open(path):
-        if l.startswith("//-----") and ".text." in l:
-            name = l.split(".text.")[1].split()[0]
-            if not name.endswith("clEi"):
-                names.append(name)
-    return names
+    """The mangled names of a disassembly's kernels, in order."""
+    return [name for name in map(section_name, open(path)) if name]
 
 
 def print_spills(path, kernel):

@@ -98,10 +98,14 @@ for ((round = 0; round < rounds; ++round)); do
     # With `--cold-l2 1` in the benchmark's arguments, each case's "cold L2 (diagnostic)" line follows
     # it: a line of its own, case "CASE-cold", the flushed call's µs as its graph figure.
     # A case line: its name, then dtype, V and B (any suite's case: topp-sharp-peaked too).
-    awk -v n="$name" '$2 ~ /^(fp32|bf16|fp16)$/ && $3 ~ /^[0-9]+$/ && $4 ~ /^[0-9]+$/ {
+    awk -v n="$name" 'function line(cs, g, e, check, rows) {
+        printf "%-9s %-13s %-5s B=%-4s graph %8s us eager %8s us %s exact rows %s\n", n, cs, d, b, g, e, check, rows
+      }
+      $2 ~ /^(fp32|bf16|fp16)$/ && $3 ~ /^[0-9]+$/ && $4 ~ /^[0-9]+$/ {
         c = $1; d = $2; b = $4; rows = $0; sub(/.*exact rows /, "", rows); sub(/ .*/, "", rows)
-        printf "%-9s %-13s %-5s B=%-4s graph %8s us eager %8s us %s exact rows %s\n", n, $1, $2, $4, $5, $6, $9, rows}
-      /cold L2 \(diagnostic\)/ {printf "%-9s %-13s %-5s B=%-4s graph %8s us eager %8s us %s exact rows %s\n", n, c "-cold", d, b, $4, "-", "-", "-"}' "$log" |
+        line(c, $5, $6, $9, rows)
+      }
+      /cold L2 \(diagnostic\)/ {line(c "-cold", $4, "-", "-", "-")}' "$log" |
       tee -a "$L/rounds.txt"
   done
 done

@@ -845,11 +845,12 @@ __device__ __forceinline__ WarpSummary summarise_warp(const RowKind& k, const La
 // instructions in the kAny forms) and moved the 16-bit forms' registers into a spill inside the
 // screen's loop.
 __device__ __forceinline__ TileStat combine_warp_summaries(float inv_t, const WarpSummary* warps) {
-  static_assert(kFastWarps == 4, "two shuffle steps span a summary group");
+  static_assert((kFastWarps & (kFastWarps - 1)) == 0 && kFastWarps <= 32, "xor shuffles span a summary group");
   const WarpSummary& ws = warps[threadIdx.x & (kFastWarps - 1)];
   auto across = [](auto v, auto op) {
-    v = op(v, __shfl_xor_sync(0xFFFFFFFFu, v, 1));
-    return op(v, __shfl_xor_sync(0xFFFFFFFFu, v, 2));
+#pragma unroll
+    for (int o = 1; o < kFastWarps; o <<= 1) v = op(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+    return v;
   };
   auto max_of = [](auto a, auto b) { return max(a, b); };
   TileStat t;
