@@ -3,6 +3,8 @@
 // the row's bound while the statistics are merged (wide blocks), or batch by batch afterwards.
 #pragma once
 
+#include <climits>
+
 #include "cuda/row_job.cuh"
 #include "cuda/row_kind.cuh"
 #include "cuda/stage1_chunk.cuh"
@@ -22,10 +24,53 @@ __device__ __forceinline__ TileStat load_stat(const TileStat* p) {
   return t;
 }
 
-// Warp 0 merges the row's chunk statistics into `sh` (at most 64 chunks, two a lane), with the
-// offsets of each chunk's candidates in the row's list.
+// s 2^d for an integer d <= 0, exactly (a power of two built from its exponent bits); 0 below the
+// doubles' normal range, where a term is under 2^-1022 of the row's largest and counts for nothing.
+__device__ __forceinline__ double scaled_by_pow2(float s, int d) {
+  return d >= -1022 ? static_cast<double>(s) * __hiloint2double((1023 + d) << 20, 0) : 0.0;
+}
+
+// Which of a chunk's sums merged_sum reads: the processed logits' (sum, relative to its maximum
+// key) or the raw logits' (raw_sum, relative to raw_max).
+enum class ChunkSum { kProcessed, kRaw };
+
+// Warp 0: the row's sum of 2^((x - m) c) = exp((x - m) / T) in double, from its chunks' sums (two a
+// lane, t[h] where have[h]), m the row's maximum. Chunk h's sum is of 2^(x c - K_h), K_h =
+// sum_scale(its maximum, c) as stage 1 formed it, an integer; the row's K = sum_scale(m, c) is the
+// largest K_h. Each chunk's sum is rescaled to K by the exact power of two 2^(K_h - K), and the
+// warp's total by 2^(K - m c) once (m c and K - m c exact in double, K - m c in [0, 1)): one double
+// exp2 a row on warp 0's chain, where each lane took one a chunk, two in series.
+// (Rows with |m c| >= kSumScaleLimit, whose terms may have overflowed or underflowed, take the exact
+// path: stage2_row.cuh.) 0 where m is not finite.
+template <ChunkSum S>
+__device__ __forceinline__ double merged_sum(const TileStat (&t)[2], const bool (&have)[2], float m, float c) {
+  int kh[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const bool on = have[h] && (S == ChunkSum::kProcessed ? t[h].max_key != 0 : t[h].raw_max > -INFINITY);
+    kh[h] = on ? static_cast<int>(sum_scale(S == ChunkSum::kProcessed ? detail::key_value(t[h].max_key) : t[h].raw_max, c))
+               : INT_MIN;
+  }
+  const int K = warp_max(max(kh[0], kh[1]));
+  double part = 0.0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    if (kh[h] != INT_MIN) part += scaled_by_pow2(S == ChunkSum::kProcessed ? t[h].sum : t[h].raw_sum, kh[h] - K);
+  const double scale = exp2(static_cast<double>(K) - static_cast<double>(m) * static_cast<double>(c));
+  const double total = warp_sum(part);
+  return m > -INFINITY && m < INFINITY ? total * scale : 0.0;
+}
+
+// Warp 0 merges the row's chunk statistics into `sh` (at most 64 chunks, two a lane), with where
+// each chunk's candidates lie in the row's list. Wide blocks (row_stage2_kernel) take the short
+// chain: the chunks' counts as they are (sh.cand_count; a REDUX for their total) and the sums by
+// merged_sum, which took warp 0's end of the merge phase from 2.30 to 1.63 us at B = 1 (perf-notes
+// v3.60). The fast kernel's block keeps the offsets' warp scan (sh.cand_off) and an exp2 a chunk:
+// the same change there moved ptxas's schedule of stage 1's screen, +0.1 to +0.3 us a call at
+// B <= 8, where the fast kernel runs no stage 2 at all (v3.60).
 template <int Threads>
 __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const RowKind& k, Stage2Shared<Threads>& sh) {
+  constexpr bool kWide = Threads > kFastThreads;
   const int lane = threadIdx.x & 31;
   const int32_t chunks = job.fast.chunks;
   const TileStat* stats = job.fast.stats + static_cast<int64_t>(r) * chunks;
@@ -42,7 +87,7 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
   // "Statistics in" waits for a word of each of a chunk's three 16-byte pieces, not only the count's:
   // the reductions need them all. (Under #if: even dead, the loop moved ptxas's allocation.)
 #if SONIC_TIMELINE
-  if constexpr (Threads > kFastThreads) {
+  if constexpr (kWide) {
     unsigned seen = 0;
 #pragma unroll
     for (int h = 0; h < 2; ++h)
@@ -53,7 +98,7 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
   }
 #endif
   unsigned long long max_key = 0, bound = 0;
-  int valid = 0, nan = 0;
+  int valid = 0, nan = 0, listed = 0;  // listed: wide blocks' count of the row's candidates
   float raw_max = -INFINITY;
   ArgMaxF win{0.0f, -1};
 #pragma unroll
@@ -63,8 +108,10 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
       bound = max(bound, t[h].bound);
       valid += t[h].valid;
       nan |= t[h].nan;
+      if constexpr (kWide) listed += t[h].count;
       raw_max = fmaxf(raw_max, t[h].raw_max);
-      win = better(win, ArgMaxF{t[h].win_score, t[h].win_token});
+      if (!kWide || k.untruncated) win = better(win, ArgMaxF{t[h].win_score, t[h].win_token});
+      if constexpr (kWide) sh.cand_count[lane + 32 * h] = t[h].count;
     }
   // Only the reductions the row reads (stage2_row.cuh): the merge phase ends with warp 0 (v3.43),
   // and this took 0.3 us off B = 1 and 0.7-1.0 off the mix at B = 512 (v3.44). The winner is read
@@ -74,41 +121,50 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
   bound = warp_max(bound);
   valid = warp_sum(valid);
   nan = __any_sync(0xFFFFFFFFu, nan);
+  int n_all = 0;
+  if constexpr (kWide) n_all = warp_sum(listed);
   if (job.mode == LogprobMode::kRaw) raw_max = warp_max(raw_max);
   if (k.untruncated) win = warp_best(win);
-  if constexpr (Threads > kFastThreads)
+  if constexpr (kWide)
     timeline_warp_point(kPointMaxima, static_cast<unsigned>(max_key ^ bound) ^ static_cast<unsigned>(valid + nan + win.token) ^
                                           __float_as_uint(raw_max));
-  const int incl0 = warp_inclusive_sum(count[0]);
-  const int total0 = __shfl_sync(0xFFFFFFFFu, incl0, 31);
-  const int incl1 = warp_inclusive_sum(count[1]);
-  if (have[0]) sh.cand_off[lane] = incl0 - count[0];
-  if (have[1]) sh.cand_off[lane + 32] = total0 + incl1 - count[1];
-  const int n_all = total0 + __shfl_sync(0xFFFFFFFFu, incl1, 31);
-  if constexpr (Threads > kFastThreads) timeline_warp_point(kPointOffsets, static_cast<unsigned>(n_all));
+  if constexpr (!kWide) {
+    const int incl0 = warp_inclusive_sum(count[0]);
+    const int total0 = __shfl_sync(0xFFFFFFFFu, incl0, 31);
+    const int incl1 = warp_inclusive_sum(count[1]);
+    if (have[0]) sh.cand_off[lane] = incl0 - count[0];
+    if (have[1]) sh.cand_off[lane + 32] = total0 + incl1 - count[1];
+    n_all = total0 + __shfl_sync(0xFFFFFFFFu, incl1, 31);
+  }
+  if constexpr (kWide) timeline_warp_point(kPointOffsets, static_cast<unsigned>(n_all));
   const float m = max_key ? detail::key_value(max_key) : -INFINITY;
-  // A chunk's sum is of 2^(x c - K), K = sum_scale(its maximum, c) as stage 1 formed it: times
-  // 2^(K - m c), in double (m c exact there, the difference within a double rounding), it becomes the sum
-  // of exp((x - m) / T) = 2^((x - m) c) over the chunk. (Rows with |m c| >= kSumScaleLimit, whose
-  // terms may have overflowed or underflowed, take the exact path: stage2_row.cuh.)
-  const float c = sum_base2(k.inv_t), c_raw = sum_base2(1.0f);
   double sum = 0.0, raw_sum = 0.0;
+  if constexpr (kWide) {
+    sum = k.need_sum ? merged_sum<ChunkSum::kProcessed>(t, have, m, sum_base2(k.inv_t)) : 0.0;
+    raw_sum = k.need_raw ? merged_sum<ChunkSum::kRaw>(t, have, raw_max, sum_base2(1.0f)) : 0.0;
+  } else {
+    // A chunk's sum is of 2^(x c - K), K = sum_scale(its maximum, c) as stage 1 formed it: times
+    // 2^(K - m c), in double (m c exact there, the difference within a double rounding), it becomes the sum
+    // of exp((x - m) / T) = 2^((x - m) c) over the chunk. (Rows with |m c| >= kSumScaleLimit, whose
+    // terms may have overflowed or underflowed, take the exact path: stage2_row.cuh.)
+    const float c = sum_base2(k.inv_t), c_raw = sum_base2(1.0f);
 #pragma unroll
-  for (int h = 0; h < 2; ++h)
-    if (have[h]) {
-      if (k.need_sum && t[h].max_key && m > -INFINITY && m < INFINITY) {
-        const float kh = sum_scale(detail::key_value(t[h].max_key), c);
-        sum += static_cast<double>(t[h].sum) * exp2(static_cast<double>(kh) - static_cast<double>(m) * static_cast<double>(c));
+    for (int h = 0; h < 2; ++h)
+      if (have[h]) {
+        if (k.need_sum && t[h].max_key && m > -INFINITY && m < INFINITY) {
+          const float kh = sum_scale(detail::key_value(t[h].max_key), c);
+          sum += static_cast<double>(t[h].sum) * exp2(static_cast<double>(kh) - static_cast<double>(m) * static_cast<double>(c));
+        }
+        if (k.need_raw && t[h].raw_max > -INFINITY && raw_max < INFINITY) {
+          const float kh = sum_scale(t[h].raw_max, c_raw);
+          raw_sum += static_cast<double>(t[h].raw_sum) *
+                     exp2(static_cast<double>(kh) - static_cast<double>(raw_max) * static_cast<double>(c_raw));
+        }
       }
-      if (k.need_raw && t[h].raw_max > -INFINITY && raw_max < INFINITY) {
-        const float kh = sum_scale(t[h].raw_max, c_raw);
-        raw_sum += static_cast<double>(t[h].raw_sum) *
-                   exp2(static_cast<double>(kh) - static_cast<double>(raw_max) * static_cast<double>(c_raw));
-      }
-    }
-  if (k.need_sum) sum = warp_sum(sum);
-  if (k.need_raw) raw_sum = warp_sum(raw_sum);
-  if constexpr (Threads > kFastThreads)
+    if (k.need_sum) sum = warp_sum(sum);
+    if (k.need_raw) raw_sum = warp_sum(raw_sum);
+  }
+  if constexpr (kWide)
     timeline_warp_point(kPointSums, static_cast<unsigned>(__double2loint(sum + raw_sum)) ^ static_cast<unsigned>(n_all));
   if (lane == 0) {
     sh.max_key = max_key;
@@ -121,7 +177,7 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
     sh.raw_sum = raw_sum;
     sh.chunks = chunks;
     sh.n_all = n_all;
-    if constexpr (Threads <= kFastThreads) sh.n_bound = 0;  // wider blocks list while this merges
+    if constexpr (!kWide) sh.n_bound = 0;  // wider blocks list while this merges
     sh.n = 0;
     // Every chunk of the row is done: reset its counter for the next call.
     job.fast.tiles_done[r] = 0;
@@ -297,14 +353,14 @@ __device__ __forceinline__ void merge_row(const RowJob& job, int32_t r, const Ro
 }
 
 // Calls g(key) with key[N] for the row's candidates, in batches of independent loads (0: past the
-// end); the lanes of a warp call it together. Candidate i of the row lies in the chunk c with
-// cand_off[c] <= i < cand_off[c + 1]. In the fast kernel's block a thread's indices grow by 128,
-// about one chunk at B = 1 (about 100 candidates a chunk), so it finds their chunks by walking
-// forward. Wider blocks give each warp whole chunks instead (warp w takes chunks w, w + Warps, ...,
-// at most kMaxChunks / Warps of them): the warp's candidates are those chunks' runs one after the
-// other, and a lane finds its item's run by comparing with the few running ends it holds in
-// registers (a block-wide search over cand_off in shared memory cost 4.4 us at B = 1, most of it
-// the search's dependent shared loads).
+// end); the lanes of a warp call it together. The row's candidates are its chunks' one after the
+// other. In the fast kernel's block a thread's indices grow by 128, about one chunk at B = 1 (about
+// 100 candidates a chunk), so it finds their chunks by walking forward over the offsets
+// (sh.cand_off). Wider blocks give each warp whole chunks instead (warp w takes
+// chunks w, w + Warps, ..., at most kMaxChunks / Warps of them): the warp's candidates are those
+// chunks' runs one after the other, and a lane finds its item's run by comparing with the few
+// running ends it holds in registers (a block-wide search over the chunks' offsets in shared memory
+// cost 4.4 us at B = 1, most of it the search's dependent shared loads).
 template <int N, int Threads, class G>
 __device__ __forceinline__ void for_each_listed_batch(const RowJob& job, int32_t r, const Stage2Shared<Threads>& sh, G&& g) {
   const int n_all = sh.n_all, chunks = sh.chunks;
@@ -321,7 +377,7 @@ __device__ __forceinline__ void for_each_listed_batch(const RowJob& job, int32_t
     for (int q = 0; q < kRuns; ++q) {
       const int c = warp + q * kWarps;
       at[q] = c * capacity - total;
-      if (c < chunks) total += (c + 1 < chunks ? sh.cand_off[c + 1] : n_all) - sh.cand_off[c];
+      if (c < chunks) total += sh.cand_count[c];
       end[q] = total;
     }
     for (int base = lane; base - lane < total; base += 32 * N) {

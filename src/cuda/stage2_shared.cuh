@@ -74,7 +74,10 @@ struct Stage2Shared {
   };
   unsigned long long staged_x[kGatherCap];  // raw-mode ranks: the x keys of `staged`
   unsigned long long sorted_x[kGatherCap];  // and of `sorted`
-  int32_t cand_off[kMaxChunks];             // chunk c's candidates are [cand_off[c], cand_off[c] + count)
+  union {  // where chunk c's candidates lie in the row's list (merge_tiles)
+    int32_t cand_count[kMaxChunks];  // wide blocks: the first cand_count[c] keys of its region
+    int32_t cand_off[kMaxChunks];    // the fast kernel's block: [cand_off[c], cand_off[c + 1])
+  };
   int32_t chunks;
   unsigned long long max_key;             // x keys
   unsigned long long bound;
