@@ -98,7 +98,7 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
   }
 #endif
   unsigned long long max_key = 0, bound = 0;
-  int valid = 0, nan = 0, listed = 0;  // listed: wide blocks' count of the row's candidates
+  int valid = 0, nan = 0, cands = 0;  // cands: the row's candidates (wide blocks)
   float raw_max = -INFINITY;
   ArgMaxF win{0.0f, -1};
 #pragma unroll
@@ -108,7 +108,7 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
       bound = max(bound, t[h].bound);
       valid += t[h].valid;
       nan |= t[h].nan;
-      if constexpr (kWide) listed += t[h].count;
+      if constexpr (kWide) cands += t[h].count;
       raw_max = fmaxf(raw_max, t[h].raw_max);
       if (!kWide || k.untruncated) win = better(win, ArgMaxF{t[h].win_score, t[h].win_token});
       if constexpr (kWide) sh.cand_count[lane + 32 * h] = t[h].count;
@@ -122,7 +122,7 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
   valid = warp_sum(valid);
   nan = __any_sync(0xFFFFFFFFu, nan);
   int n_all = 0;
-  if constexpr (kWide) n_all = warp_sum(listed);
+  if constexpr (kWide) n_all = warp_sum(cands);
   if (job.mode == LogprobMode::kRaw) raw_max = warp_max(raw_max);
   if (k.untruncated) win = warp_best(win);
   if constexpr (kWide)
