@@ -63,11 +63,13 @@ __device__ __forceinline__ double merged_sum(const TileStat (&t)[2], const bool 
 
 // Warp 0 merges the row's chunk statistics into `sh` (at most 64 chunks, two a lane), with where
 // each chunk's candidates lie in the row's list. Wide blocks (row_stage2_kernel) take the short
-// chain: the chunks' counts as they are (sh.cand_count; a REDUX for their total) and the sums by
-// merged_sum, which took warp 0's end of the merge phase from 2.30 to 1.63 us at B = 1 (perf-notes
-// v3.60). The fast kernel's block keeps the offsets' warp scan (sh.cand_off) and an exp2 a chunk:
-// the same change there moved ptxas's schedule of stage 1's screen, +0.1 to +0.3 us a call at
-// B <= 8, where the fast kernel runs no stage 2 at all (v3.60).
+// chain: the chunks' counts as they are (sh.cand_count; a REDUX for their total), which took warp
+// 0's end of the merge phase from 2.30 to 1.63 us at B = 1 on homogeneous rows (no sums), and the
+// sums of rows that need them by merged_sum (the mix: 2.72 -> 1.92, perf-notes v3.60; `cands`
+// repeats count[] because the validated SASS was built so). The fast kernel's block keeps the
+// offsets' warp scan (sh.cand_off) and an exp2 a chunk: the same change there moved ptxas's
+// schedule of stage 1's screen, +0.1 to +0.3 us a call at B <= 8, where the fast kernel runs no
+// stage 2 at all (v3.60).
 template <int Threads>
 __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const RowKind& k, Stage2Shared<Threads>& sh) {
   constexpr bool kWide = Threads > kFastThreads;
