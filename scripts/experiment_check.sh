@@ -21,6 +21,7 @@
 # runs the tests and sanitize steps before the timing, for calls whose device time may run out (a
 # form timed but not validated cannot merge, perf-notes v3.58). SONIC_VARIANT_BENCH with `--cold-l2 1`
 # also times each call with the L2 flushed (lines "CASE-cold", stage1_variants.sh).
+# The validated build's fingerprint (scripts/sass_fingerprint.sh) comes back as $OUT/sass_validated.txt.
 set -uo pipefail
 ref=${1:?usage: scripts/experiment_check.sh REF_TREE [TREE ...]}
 shift
@@ -53,6 +54,9 @@ for t in "${others[@]}"; do
 done
 rc=0
 validate() {
+  # The validated build's kernels, one line each, to compare with a local build's before a merge
+  # writes them into docs/validated-sass.txt.
+  scripts/sass_fingerprint.sh "$new" >"$OUT/sass_validated.txt" 2>"$L/sass_fingerprint.log" || true
   has tests && { run_gpu_tests $new echo || rc=1; }
   has sanitize && { run_sanitizers $new echo || rc=1; }
 }

@@ -123,20 +123,48 @@ __device__ __forceinline__ void warp_append(unsigned long long* dst, int* n, int
   }
 }
 
+// The lane's exclusive prefix of v over the warp's lanes, and their total in *total, for v below
+// 2^Bits in every lane: Bits ballots, independent of each other, where a warp scan is a chain of five
+// shuffles.
+template <int Bits>
+__device__ __forceinline__ int warp_exclusive_small(int v, int* total) {
+  unsigned below;
+  asm("mov.u32 %0, %%lanemask_lt;" : "=r"(below));
+  int before = 0, all = 0;
+#pragma unroll
+  for (int b = 0; b < Bits; ++b) {
+    const unsigned vote = __ballot_sync(0xFFFFFFFFu, (v >> b) & 1);
+    before += __popc(vote & below) << b;
+    all += __popc(vote) << b;
+  }
+  *total = all;
+  return before;
+}
+
 // Appends the lane's keys key[b] whose bit b of `keep` is set to dst[0, cap) at the shared counter
 // *n: one atomic a warp for the whole batch; every lane of the warp calls it together. *n counts
-// past cap too (so that an overflow shows).
-template <int N>
+// past cap too (so that an overflow shows). ByBallots (wide blocks' listing, run once by each warp
+// at the merge phase's end): the lanes' offsets by warp_exclusive_small. The fast kernel's block
+// keeps the warp scan: a change to its stage 2 re-schedules its stage 1 (perf-notes v3.60).
+template <int N, bool ByBallots = false>
 __device__ __forceinline__ void warp_append_batch(unsigned long long* dst, int* n, int cap,
                                                   const unsigned long long (&key)[N], unsigned keep) {
   const int lane = threadIdx.x & 31;
   const int mine = __popc(keep);
-  const int incl = warp_inclusive_sum(mine);
-  const int total = __shfl_sync(0xFFFFFFFFu, incl, 31);
+  int total, before;
+  if constexpr (ByBallots) {
+    constexpr int kBits = N < 2 ? 1 : N < 4 ? 2 : N < 8 ? 3 : N < 16 ? 4 : 5;
+    static_assert(N < 32, "a lane's count below 2^5");
+    before = warp_exclusive_small<kBits>(mine, &total);
+  } else {
+    const int incl = warp_inclusive_sum(mine);
+    total = __shfl_sync(0xFFFFFFFFu, incl, 31);
+    before = incl - mine;
+  }
   if (!total) return;
   int at = 0;
   if (lane == 0) at = atomicAdd(n, total);
-  at = __shfl_sync(0xFFFFFFFFu, at, 0) + incl - mine;
+  at = __shfl_sync(0xFFFFFFFFu, at, 0) + before;
 #pragma unroll
   for (int b = 0; b < N; ++b)
     if ((keep >> b) & 1u) {
