@@ -263,10 +263,14 @@ __device__ __forceinline__ void list_while_merging(const RowJob& job, int32_t r,
     unsigned long long key[kBatch];
     unsigned listed = 0;
     load_run_batch(list, end, at, total, base, key);
-    if (base == lane) timeline_warp_point(kPointKeysIn, static_cast<unsigned>(key[0]));
+    if (base == lane) {
+      timeline_warp_point(kPointKeysIn, static_cast<unsigned>(key[0]));
+      timeline_warp_point(kPointBatchIn, timeline_fold(key));
+    }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) listed |= (kept_by(key[b], bound) ? 1u : 0u) << b;
     warp_append_batch<kBatch, true>(sh.gathered, &sh.n_bound, kBoundCap, key, listed);
+    if (base == lane) timeline_warp_point(kPointAppended, listed);
   }
 }
 
@@ -302,6 +306,7 @@ __device__ __forceinline__ void list_chunks_ahead(const RowJob& job, int32_t r, 
   bound = warp_max(bound);
   timeline_warp_point(kPointRunsIn, static_cast<unsigned>(count[0]) ^ static_cast<unsigned>(bound));
   timeline_warp_point(kPointKeysIn, static_cast<unsigned>(key[0]));
+  timeline_warp_point(kPointBatchIn, timeline_fold(key));
   unsigned listed = 0;
 #pragma unroll
   for (int q = 0; q < Runs; ++q)
@@ -309,6 +314,7 @@ __device__ __forceinline__ void list_chunks_ahead(const RowJob& job, int32_t r, 
     for (int a = 0; a < Ahead; ++a)
       listed |= (lane + 32 * a < count[q] && kept_by(key[q * Ahead + a], bound) ? 1u : 0u) << (q * Ahead + a);
   warp_append_batch<Runs * Ahead, true>(sh.gathered, &sh.n_bound, kBoundCap, key, listed);
+  timeline_warp_point(kPointAppended, listed);
   constexpr int kBatch = 4;
 #pragma unroll
   for (int q = 0; q < Runs; ++q) {

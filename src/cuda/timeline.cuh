@@ -75,6 +75,8 @@ enum TimelineWarpPoint : int {
   kPointSums,      // warp 0 has the row's sums too (before lane 0's stores to shared memory)
   kPointRunsIn,    // a listing warp holds the row's bound and its runs' counts
   kPointKeysIn,    // a listing warp holds its first batch of keys
+  kPointBatchIn,   // and every key of that batch (list_chunks_ahead: the window of every chunk)
+  kPointAppended,  // and has appended that batch's keys at or above the bound to sh.gathered
   kPointNoiseDrawn,  // sorted: a warp with noise threads has drawn its keys' noise
   kPointMassesSummed,  // decided: warp 0 has the prefix's sums (two-warp route)
   kPointWinnersWritten,  // decided: warp 1 has written the draw's winners
@@ -82,7 +84,7 @@ enum TimelineWarpPoint : int {
 };
 constexpr const char* kTimelineWarpPointNames[kTimelineWarpPoints] = {
     "statistics in", "maxima", "offsets", "sums", "runs known", "first keys in",
-    "noise drawn", "masses summed", "winners written"};
+    "first batch in", "first batch appended", "noise drawn", "masses summed", "winners written"};
 constexpr int kMergePoints = kPointNoiseDrawn;  // the merge phase's points come first
 constexpr int kTimelineWarpRows = kTimelineMarks + kTimelineWarpPoints;  // a warp's stamps: marks, then points
 constexpr int kTimelineWarpColumns = kTimelineWarpRows * kTimelineWarps;  // a block's row: [mark or point][warp]
@@ -178,6 +180,15 @@ __device__ __forceinline__ void timeline_warp_arrive(int mark) {
 #else
   (void)mark;
 #endif
+}
+
+// A value that depends on every key of a batch, for a point that waits for all of them.
+template <int N>
+__device__ __forceinline__ unsigned timeline_fold(const unsigned long long (&key)[N]) {
+  unsigned v = 0;
+#pragma unroll
+  for (int b = 0; b < N; ++b) v ^= static_cast<unsigned>(key[b]) ^ static_cast<unsigned>(key[b] >> 32);
+  return v;
 }
 
 // The warp's clock at `point` of the merge phase, once `after` (a value computed from the loads the
