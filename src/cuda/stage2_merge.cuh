@@ -138,7 +138,7 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
     if (have[1]) sh.cand_off[lane + 32] = total0 + incl1 - count[1];
     n_all = total0 + __shfl_sync(0xFFFFFFFFu, incl1, 31);
   }
-  if constexpr (kWide) timeline_warp_point(kPointOffsets, static_cast<unsigned>(n_all));
+  if constexpr (kWide) timeline_warp_point(kPointCounted, static_cast<unsigned>(n_all));
   const float m = max_key ? detail::key_value(max_key) : -INFINITY;
   double sum = 0.0, raw_sum = 0.0;
   if constexpr (kWide) {

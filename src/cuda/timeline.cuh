@@ -71,7 +71,8 @@ constexpr int kTimelineWarps = 16;
 enum TimelineWarpPoint : int {
   kPointStatsIn,   // warp 0 holds its chunks' statistics
   kPointMaxima,    // warp 0 has reduced the maxima, counts and the winner
-  kPointOffsets,   // warp 0 has the chunks' offsets in the row's list (two scans)
+  kPointCounted,   // warp 0 has the row's count of candidates (a REDUX of the chunks' counts; two
+                   // offset scans before v3.60)
   kPointSums,      // warp 0 has the row's sums too (before lane 0's stores to shared memory)
   kPointRunsIn,    // a listing warp holds the row's bound and its runs' counts
   kPointKeysIn,    // a listing warp holds its first batch of keys
@@ -83,7 +84,7 @@ enum TimelineWarpPoint : int {
   kTimelineWarpPoints
 };
 constexpr const char* kTimelineWarpPointNames[kTimelineWarpPoints] = {
-    "statistics in", "maxima", "offsets", "sums", "runs known", "first keys in",
+    "statistics in", "maxima", "counted", "sums", "runs known", "first keys in",
     "first batch in", "first batch appended", "noise drawn", "masses summed", "winners written"};
 constexpr int kMergePoints = kPointNoiseDrawn;  // the merge phase's points come first
 constexpr int kTimelineWarpRows = kTimelineMarks + kTimelineWarpPoints;  // a warp's stamps: marks, then points
