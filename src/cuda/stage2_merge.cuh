@@ -65,11 +65,10 @@ __device__ __forceinline__ double merged_sum(const TileStat (&t)[2], const bool 
 // each chunk's candidates lie in the row's list. Wide blocks (row_stage2_kernel) take the short
 // chain: the chunks' counts as they are (sh.cand_count; a REDUX for their total), which took warp
 // 0's end of the merge phase from 2.30 to 1.63 us at B = 1 on homogeneous rows (no sums), and the
-// sums of rows that need them by merged_sum (the mix: 2.72 -> 1.92, perf-notes v3.60; `cands`
-// repeats count[] because the validated SASS was built so). The fast kernel's block keeps the
-// offsets' warp scan (sh.cand_off) and an exp2 a chunk: the same change there moved ptxas's
-// schedule of stage 1's screen, +0.1 to +0.3 us a call at B <= 8, where the fast kernel runs no
-// stage 2 at all (v3.60).
+// sums of rows that need them by merged_sum (the mix: 2.72 -> 1.92, perf-notes v3.60). The fast
+// kernel's block keeps the offsets' warp scan (sh.cand_off) and an exp2 a chunk: the same change
+// there moved ptxas's schedule of stage 1's screen, +0.1 to +0.3 us a call at B <= 8, where the
+// fast kernel runs no stage 2 at all (v3.60).
 template <int Threads>
 __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const RowKind& k, Stage2Shared<Threads>& sh) {
   constexpr bool kWide = Threads > kFastThreads;
@@ -100,7 +99,7 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
   }
 #endif
   unsigned long long max_key = 0, bound = 0;
-  int valid = 0, nan = 0, cands = 0;  // cands: the row's candidates (wide blocks)
+  int valid = 0, nan = 0;
   float raw_max = -INFINITY;
   ArgMaxF win{0.0f, -1};
 #pragma unroll
@@ -110,7 +109,6 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
       bound = max(bound, t[h].bound);
       valid += t[h].valid;
       nan |= t[h].nan;
-      if constexpr (kWide) cands += t[h].count;
       raw_max = fmaxf(raw_max, t[h].raw_max);
       if (!kWide || k.untruncated) win = better(win, ArgMaxF{t[h].win_score, t[h].win_token});
       if constexpr (kWide) sh.cand_count[lane + 32 * h] = t[h].count;
@@ -124,7 +122,7 @@ __device__ __forceinline__ void merge_tiles(const RowJob& job, int32_t r, const 
   valid = warp_sum(valid);
   nan = __any_sync(0xFFFFFFFFu, nan);
   int n_all = 0;
-  if constexpr (kWide) n_all = warp_sum(cands);
+  if constexpr (kWide) n_all = warp_sum(count[0] + count[1]);
   if (job.mode == LogprobMode::kRaw) raw_max = warp_max(raw_max);
   if (k.untruncated) win = warp_best(win);
   if constexpr (kWide)

@@ -165,12 +165,24 @@ __device__ __forceinline__ void warp_append_batch(unsigned long long* dst, int* 
   int at = 0;
   if (lane == 0) at = atomicAdd(n, total);
   at = __shfl_sync(0xFFFFFFFFu, at, 0) + before;
+  if constexpr (ByBallots) {
+    // Straight-line predicated stores: the branch a key below cost each store its own S2R of the
+    // shared window's base (ptxas rematerialises it in every branch), six in series at B = 1
+    // (perf-notes v3.62). The fast kernel keeps the branches, as validated there.
 #pragma unroll
-  for (int b = 0; b < N; ++b)
-    if ((keep >> b) & 1u) {
-      if (at < cap) dst[at] = key[b];
-      ++at;
+    for (int b = 0; b < N; ++b) {
+      const int kept = (keep >> b) & 1u;
+      if (kept && at < cap) dst[at] = key[b];
+      at += kept;
     }
+  } else {
+#pragma unroll
+    for (int b = 0; b < N; ++b)
+      if ((keep >> b) & 1u) {
+        if (at < cap) dst[at] = key[b];
+        ++at;
+      }
+  }
 }
 
 }  // namespace sonic::cuda
