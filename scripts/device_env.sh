@@ -80,9 +80,10 @@ flags_build_dir() {
 }
 
 build_timeline() {
-  local dir=${2:-build-timeline}
+  local dir=${2:-build-timeline} log
+  log=$(basename "$dir")
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DSONIC_TIMELINE=ON \
     -DSONIC_BUILD_TESTS=OFF -DSONIC_BUILD_TOOLS=OFF -DCMAKE_CUDA_FLAGS="${3:-}" \
-    ${SONIC_TIMELINE_CMAKE:--DSONIC_TIMELINE_WARM_CODE=OFF} >"$L/timeline_configure_$dir.log" 2>&1 &&
-    cmake --build "$dir" -j"$1" --target sonic_bench >"$L/timeline_build_$dir.log" 2>&1
+    ${SONIC_TIMELINE_CMAKE:--DSONIC_TIMELINE_WARM_CODE=OFF} >"$L/timeline_configure_$log.log" 2>&1 &&
+    cmake --build "$dir" -j"$1" --target sonic_bench >"$L/timeline_build_$log.log" 2>&1
 }

@@ -22,6 +22,7 @@
 # form timed but not validated cannot merge, perf-notes v3.58). SONIC_VARIANT_BENCH with `--cold-l2 1`
 # also times each call with the L2 flushed (lines "CASE-cold", stage1_variants.sh).
 # The validated build's fingerprint (scripts/sass_fingerprint.sh) comes back as $OUT/sass_validated.txt.
+# SONIC_TIMELINE_REF=1 also builds and runs the reference tree's timeline ($OUT/timeline_ref.txt).
 set -uo pipefail
 ref=${1:?usage: scripts/experiment_check.sh REF_TREE [TREE ...]}
 shift
@@ -31,6 +32,9 @@ source "$(dirname "$0")/device_env.sh"
 device_setup sonic_experiment_logs experiment_logs.tgz
 has() { [[ " $steps " == *" $1 "* ]]; }
 has timeline && build_timeline 4 &
+# SONIC_TIMELINE_REF=1: the reference tree's timeline too ($OUT/timeline_ref.txt), to tell a phase
+# that moved from one that only started later (a timeline build's code is not production's).
+[ "${SONIC_TIMELINE_REF:-0}" == 1 ] && has timeline && root=$PWD && (cd "$ref" && build_timeline 4 "$root/build-timeline-ref") &
 new=build-var-base
 tree_build() { flags_build_dir build-var "" "@$1"; }  # stage1_variants.sh's name
 trees=("new:$new:base" "ref:$(tree_build "$ref"):ref")
@@ -86,5 +90,10 @@ if has timeline; then
   wait
   build-timeline/bench/sonic_bench --out /tmp/timeline.jsonl --timeline 20 \
     ${SONIC_TIMELINE_ARGS:---V 151936 --dtype fp32 --case homog-peaked,hetero-peaked --B 1,8,128} | tee "$OUT/timeline.txt" | tail -70
+  if [ -x build-timeline-ref/bench/sonic_bench ] && [ "${SONIC_TIMELINE_REF:-0}" == 1 ]; then
+    build-timeline-ref/bench/sonic_bench --out /tmp/timeline_ref.jsonl --timeline 20 \
+      ${SONIC_TIMELINE_ARGS:---V 151936 --dtype fp32 --case homog-peaked,hetero-peaked --B 1,8,128} >"$OUT/timeline_ref.txt" 2>&1
+    echo "reference tree's timeline: $OUT/timeline_ref.txt"
+  fi
 fi
 exit $rc
