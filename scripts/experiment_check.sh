@@ -88,11 +88,10 @@ done
 [ "${SONIC_EXPERIMENT_VALIDATE_FIRST:-0}" == 1 ] || validate
 if has timeline; then
   wait
-  build-timeline/bench/sonic_bench --out /tmp/timeline.jsonl --timeline 20 \
-    ${SONIC_TIMELINE_ARGS:---V 151936 --dtype fp32 --case homog-peaked,hetero-peaked --B 1,8,128} | tee "$OUT/timeline.txt" | tail -70
+  timeline_args=${SONIC_TIMELINE_ARGS:---V 151936 --dtype fp32 --case homog-peaked,hetero-peaked --B 1,8,128}
+  build-timeline/bench/sonic_bench --out /tmp/timeline.jsonl --timeline 20 $timeline_args | tee "$OUT/timeline.txt" | tail -70
   if [ -x build-timeline-ref/bench/sonic_bench ] && [ "${SONIC_TIMELINE_REF:-0}" == 1 ]; then
-    build-timeline-ref/bench/sonic_bench --out /tmp/timeline_ref.jsonl --timeline 20 \
-      ${SONIC_TIMELINE_ARGS:---V 151936 --dtype fp32 --case homog-peaked,hetero-peaked --B 1,8,128} >"$OUT/timeline_ref.txt" 2>&1
+    build-timeline-ref/bench/sonic_bench --out /tmp/timeline_ref.jsonl --timeline 20 $timeline_args >"$OUT/timeline_ref.txt" 2>&1
     echo "reference tree's timeline: $OUT/timeline_ref.txt"
   fi
 fi

@@ -267,7 +267,7 @@ __device__ __forceinline__ void list_while_merging(const RowJob& job, int32_t r,
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) listed |= (kept_by(key[b], bound) ? 1u : 0u) << b;
-    warp_append_batch<kBatch, true>(sh.gathered, &sh.n_bound, kBoundCap, key, listed);
+    warp_append_batch<kBatch, AppendForm::kListing>(sh.gathered, &sh.n_bound, kBoundCap, key, listed);
     if (base == lane) timeline_warp_point(kPointAppended, listed);
   }
 }
@@ -311,7 +311,7 @@ __device__ __forceinline__ void list_chunks_ahead(const RowJob& job, int32_t r, 
 #pragma unroll
     for (int a = 0; a < Ahead; ++a)
       listed |= (lane + 32 * a < count[q] && kept_by(key[q * Ahead + a], bound) ? 1u : 0u) << (q * Ahead + a);
-  warp_append_batch<Runs * Ahead, true>(sh.gathered, &sh.n_bound, kBoundCap, key, listed);
+  warp_append_batch<Runs * Ahead, AppendForm::kListing>(sh.gathered, &sh.n_bound, kBoundCap, key, listed);
   timeline_warp_point(kPointAppended, listed);
   constexpr int kBatch = 4;
 #pragma unroll
@@ -326,7 +326,7 @@ __device__ __forceinline__ void list_chunks_ahead(const RowJob& job, int32_t r, 
         more[b] = j < count[q] ? __ldcg(chunk + j) : 0ull;
         keep |= (j < count[q] && kept_by(more[b], bound) ? 1u : 0u) << b;
       }
-      warp_append_batch<kBatch, true>(sh.gathered, &sh.n_bound, kBoundCap, more, keep);
+      warp_append_batch<kBatch, AppendForm::kListing>(sh.gathered, &sh.n_bound, kBoundCap, more, keep);
     }
   }
 }

@@ -141,18 +141,22 @@ __device__ __forceinline__ int warp_exclusive_small(int v, int* total) {
   return before;
 }
 
+// How warp_append_batch places a warp's keys. kListing (wide blocks' listing warps, which end the
+// merge phase at small B): the lanes' offsets by warp_exclusive_small and straight-line predicated
+// stores. kScan (the fast kernel's block): a warp scan and a branch a key, as validated there: a
+// change to its stage 2 re-schedules its stage 1 (perf-notes v3.60).
+enum class AppendForm { kScan, kListing };
+
 // Appends the lane's keys key[b] whose bit b of `keep` is set to dst[0, cap) at the shared counter
 // *n: one atomic a warp for the whole batch; every lane of the warp calls it together. *n counts
-// past cap too (so that an overflow shows). ByBallots (wide blocks' listing, run once by each warp
-// at the merge phase's end): the lanes' offsets by warp_exclusive_small. The fast kernel's block
-// keeps the warp scan: a change to its stage 2 re-schedules its stage 1 (perf-notes v3.60).
-template <int N, bool ByBallots = false>
+// past cap too (so that an overflow shows).
+template <int N, AppendForm Form = AppendForm::kScan>
 __device__ __forceinline__ void warp_append_batch(unsigned long long* dst, int* n, int cap,
                                                   const unsigned long long (&key)[N], unsigned keep) {
   const int lane = threadIdx.x & 31;
   const int mine = __popc(keep);
   int total, before;
-  if constexpr (ByBallots) {
+  if constexpr (Form == AppendForm::kListing) {
     constexpr int kBits = N < 2 ? 1 : N < 4 ? 2 : N < 8 ? 3 : N < 16 ? 4 : 5;
     static_assert(N < 32, "a lane's count below 2^5");
     before = warp_exclusive_small<kBits>(mine, &total);
@@ -165,10 +169,10 @@ __device__ __forceinline__ void warp_append_batch(unsigned long long* dst, int* 
   int at = 0;
   if (lane == 0) at = atomicAdd(n, total);
   at = __shfl_sync(0xFFFFFFFFu, at, 0) + before;
-  if constexpr (ByBallots) {
+  if constexpr (Form == AppendForm::kListing) {
     // Straight-line predicated stores: the branch a key below cost each store its own S2R of the
     // shared window's base (ptxas rematerialises it in every branch), six in series at B = 1
-    // (perf-notes v3.62). The fast kernel keeps the branches, as validated there.
+    // (perf-notes v3.62).
 #pragma unroll
     for (int b = 0; b < N; ++b) {
       const int kept = (keep >> b) & 1u;
