@@ -272,6 +272,26 @@ __device__ __forceinline__ void list_while_merging(const RowJob& job, int32_t r,
   }
 }
 
+// A listing warp's keys [from, count) of one chunk at or above the bound, appended to
+// sh.gathered in batches (list_chunks_ahead's chunks past its window: rare at B <= 8).
+template <int Threads>
+__device__ __noinline__ void list_chunk_tail(const unsigned long long* chunk, int from, int count, unsigned long long bound,
+                                             Stage2Shared<Threads>& sh) {
+  constexpr int kBatch = 4;
+  const int lane = threadIdx.x & 31;
+  for (int base = from; base < count; base += 32 * kBatch) {
+    unsigned long long more[kBatch];
+    unsigned keep = 0;
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int j = base + lane + 32 * b;
+      more[b] = j < count ? __ldcg(chunk + j) : 0ull;
+      keep |= (j < count && kept_by(more[b], bound) ? 1u : 0u) << b;
+    }
+    warp_append_batch<kBatch, AppendForm::kListing>(sh.gathered, &sh.n_bound, kBoundCap, more, keep);
+  }
+}
+
 // Wide blocks, rows of more chunks than listing warps (merge_row says which): warp w lists chunks
 // w, w + kWarps, ... (Runs of them at most). In the round trip that brings the row's bound and the
 // chunks' counts, each lane also loads the first Ahead keys of each of its warp's chunks, 32 Ahead
@@ -313,22 +333,12 @@ __device__ __forceinline__ void list_chunks_ahead(const RowJob& job, int32_t r, 
       listed |= (lane + 32 * a < count[q] && kept_by(key[q * Ahead + a], bound) ? 1u : 0u) << (q * Ahead + a);
   warp_append_batch<Runs * Ahead, AppendForm::kListing>(sh.gathered, &sh.n_bound, kBoundCap, key, listed);
   timeline_warp_point(kPointAppended, listed);
-  constexpr int kBatch = 4;
+  // A chunk of more keys than the window lists the rest out of line: inline, each chunk's tail loop
+  // was a taken jump over its body on the common path, three instruction fetches in series after
+  // the append (perf-notes v3.62).
 #pragma unroll
-  for (int q = 0; q < Runs; ++q) {
-    const unsigned long long* chunk = list + (warp + q * kWarps) * capacity;
-    for (int base = kWindow; base < count[q]; base += 32 * kBatch) {
-      unsigned long long more[kBatch];
-      unsigned keep = 0;
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int j = base + lane + 32 * b;
-        more[b] = j < count[q] ? __ldcg(chunk + j) : 0ull;
-        keep |= (j < count[q] && kept_by(more[b], bound) ? 1u : 0u) << b;
-      }
-      warp_append_batch<kBatch, AppendForm::kListing>(sh.gathered, &sh.n_bound, kBoundCap, more, keep);
-    }
-  }
+  for (int q = 0; q < Runs; ++q)
+    if (count[q] > kWindow) list_chunk_tail(list + (warp + q * kWarps) * capacity, kWindow, count[q], bound, sh);
 }
 
 // Warp 0 merges the row's chunk statistics into `sh`; in wide blocks the other warps list the
@@ -347,10 +357,13 @@ __device__ __forceinline__ void merge_row(const RowJob& job, int32_t r, const Ro
     // where a warp takes at most one chunk, whose loads need not compare with other runs' ends.
     constexpr int kWarps = Threads / 32 - 1;
     const int32_t chunks = job.fast.chunks;
-    if (threadIdx.x < 32) merge_tiles(job, r, k, sh);
-    else if (chunks > 2 * kWarps && chunks <= 3 * kWarps) list_chunks_ahead<Threads, 3, 2>(job, r, sh);
-    else if (chunks <= kWarps) list_while_merging<Threads, 1>(job, r, sh);
-    else list_while_merging<Threads, (kMaxChunks + kWarps - 1) / kWarps>(job, r, sh);
+    if (threadIdx.x >= 32) {
+      if (chunks > 2 * kWarps && chunks <= 3 * kWarps) list_chunks_ahead<Threads, 3, 2>(job, r, sh);
+      else if (chunks <= kWarps) list_while_merging<Threads, 1>(job, r, sh);
+      else list_while_merging<Threads, (kMaxChunks + kWarps - 1) / kWarps>(job, r, sh);
+    } else {
+      merge_tiles(job, r, k, sh);
+    }
   } else {
     if (threadIdx.x < 32) merge_tiles(job, r, k, sh);
   }
