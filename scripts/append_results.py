@@ -2,7 +2,7 @@
 """Appends a device call's sonic_bench lines to bench/results/<gpu>.jsonl (BENCH.md), labelled.
 
     scripts/append_results.py --commit "3c1d979 + count_release_completes" --note "v3.59 call 3" \
-        /work/.device/4/h200_new.jsonl [more files of the same tree ...]
+        /work/.device/4/bench_new.jsonl [more files of the same tree ...]
 
 experiment_check.sh and stage1_variants.sh write "commit": "unknown" (a tree on the device has no
 git); device_check.sh writes SONIC_COMMIT. Each line's commit becomes "COMMIT (NOTE)", or "COMMIT

@@ -10,8 +10,8 @@
 # Steps, in order: both trees built at once (stage1_variants.sh, variants "new" and "ref") and timed
 # by sonic_bench's sample suite (SONIC_VARIANT_BENCH) and top-k suite; the whole GPU suite and the
 # four compute-sanitizer tools on the new tree's build; the new tree's phase timeline
-# (SONIC_TIMELINE_ARGS, built in the background meanwhile). Results: $OUT/h200_new.jsonl,
-# $OUT/h200_ref.jsonl and one file a further tree, named after it without its dots (commit
+# (SONIC_TIMELINE_ARGS, built in the background meanwhile). Results: $OUT/bench_new.jsonl,
+# $OUT/bench_ref.jsonl and one file a further tree, named after it without its dots (commit
 # "unknown": scripts/append_results.py labels and appends them to bench/results), logs in $OUT/*.tgz.
 # SONIC_EXPERIMENT_STEPS picks steps (default "bench tests sanitize timeline"); SONIC_VARIANT_VERIFY adds
 # the verify suite to the bench step; SONIC_EXPERIMENT_ENV adds variants of the new tree's build that
@@ -72,15 +72,15 @@ SONIC_VARIANTS_EXTRA="$extra" SONIC_VARIANTS="$names" scripts/stage1_variants.sh
 for v in "${trees[@]}"; do
   IFS=: read -r name dir variant <<<"$v"
   [ -x "$dir/bench/sonic_bench" ] || continue
-  cp "/tmp/sonic_variant_logs/bench_$variant.jsonl" "$OUT/h200_$name.jsonl"
+  cp "/tmp/sonic_variant_logs/bench_$variant.jsonl" "$OUT/bench_$name.jsonl"
   if has bench; then
-    "$dir/bench/sonic_bench" --suite topk --k 128 --V 151936 --dtype fp32,bf16 --out "$OUT/h200_$name.jsonl" \
+    "$dir/bench/sonic_bench" --suite topk --k 128 --V 151936 --dtype fp32,bf16 --out "$OUT/bench_$name.jsonl" \
       >"$L/topk_$name.log" 2>&1
     grep -E "^topk" "$L/topk_$name.log" | sed "s/^/$name /"
     # SONIC_VARIANT_VERIFY: sonic_bench's verify suite too, with these arguments (for example
     # "--case all-random --V 151936 --B 1,8,32 --drafts 1,3,7").
     if [ -n "${SONIC_VARIANT_VERIFY:-}" ]; then
-      "$dir/bench/sonic_bench" --suite verify $SONIC_VARIANT_VERIFY --out "$OUT/h200_$name.jsonl" >"$L/verify_$name.log" 2>&1
+      "$dir/bench/sonic_bench" --suite verify $SONIC_VARIANT_VERIFY --out "$OUT/bench_$name.jsonl" >"$L/verify_$name.log" 2>&1
       grep -E "^all-|^mixed" "$L/verify_$name.log" | sed "s/^/$name verify /"
     fi
   fi
