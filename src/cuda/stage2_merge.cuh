@@ -267,7 +267,7 @@ __device__ __forceinline__ void list_while_merging(const RowJob& job, int32_t r,
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) listed |= (kept_by(key[b], bound) ? 1u : 0u) << b;
-    warp_append_batch<kBatch, AppendForm::kListing>(sh.gathered, &sh.n_bound, kBoundCap, key, listed);
+    warp_append_batch<kBatch, AppendForm::kListing>(sh.gathered, &sh.n_bound, kBoundCap, key, listed, base == lane);
     if (base == lane) timeline_warp_point(kPointAppended, listed);
   }
 }
@@ -331,7 +331,7 @@ __device__ __forceinline__ void list_chunks_ahead(const RowJob& job, int32_t r, 
 #pragma unroll
     for (int a = 0; a < Ahead; ++a)
       listed |= (lane + 32 * a < count[q] && kept_by(key[q * Ahead + a], bound) ? 1u : 0u) << (q * Ahead + a);
-  warp_append_batch<Runs * Ahead, AppendForm::kListing>(sh.gathered, &sh.n_bound, kBoundCap, key, listed);
+  warp_append_batch<Runs * Ahead, AppendForm::kListing>(sh.gathered, &sh.n_bound, kBoundCap, key, listed, true);
   timeline_warp_point(kPointAppended, listed);
   // A chunk of more keys than the window lists the rest out of line: inline, each chunk's tail loop
   // was a taken jump over its body on the common path, three instruction fetches in series after

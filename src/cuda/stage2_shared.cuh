@@ -7,6 +7,7 @@
 
 #include "cuda/arg_max.cuh"
 #include "cuda/stage1_chunk.cuh"
+#include "cuda/timeline.cuh"
 
 namespace sonic::cuda {
 
@@ -149,10 +150,12 @@ enum class AppendForm { kScan, kListing };
 
 // Appends the lane's keys key[b] whose bit b of `keep` is set to dst[0, cap) at the shared counter
 // *n: one atomic a warp for the whole batch; every lane of the warp calls it together. *n counts
-// past cap too (so that an overflow shows).
+// past cap too (so that an overflow shows). With `stamp` (a listing warp's first batch), the
+// timeline build stamps the listing form's steps (nothing in other builds).
 template <int N, AppendForm Form = AppendForm::kScan>
 __device__ __forceinline__ void warp_append_batch(unsigned long long* dst, int* n, int cap,
-                                                  const unsigned long long (&key)[N], unsigned keep) {
+                                                  const unsigned long long (&key)[N], unsigned keep,
+                                                  bool stamp = false) {
   const int lane = threadIdx.x & 31;
   const int mine = __popc(keep);
   int total, before;
@@ -160,6 +163,7 @@ __device__ __forceinline__ void warp_append_batch(unsigned long long* dst, int* 
     constexpr int kBits = N < 2 ? 1 : N < 4 ? 2 : N < 8 ? 3 : N < 16 ? 4 : 5;
     static_assert(N < 32, "a lane's count below 2^5");
     before = warp_exclusive_small<kBits>(mine, &total);
+    if (stamp) timeline_warp_point(kPointScanned, static_cast<unsigned>(total) ^ static_cast<unsigned>(before));
   } else {
     const int incl = warp_inclusive_sum(mine);
     total = __shfl_sync(0xFFFFFFFFu, incl, 31);
@@ -170,6 +174,7 @@ __device__ __forceinline__ void warp_append_batch(unsigned long long* dst, int* 
   if (lane == 0) at = atomicAdd(n, total);
   at = __shfl_sync(0xFFFFFFFFu, at, 0) + before;
   if constexpr (Form == AppendForm::kListing) {
+    if (stamp) timeline_warp_point(kPointClaimed, static_cast<unsigned>(at));
     // Straight-line predicated stores: the branch a key below cost each store its own S2R of the
     // shared window's base (ptxas rematerialises it in every branch), six in series at B = 1
     // (perf-notes v3.62).

@@ -77,6 +77,8 @@ enum TimelineWarpPoint : int {
   kPointRunsIn,    // a listing warp holds the row's bound and its runs' counts
   kPointKeysIn,    // a listing warp holds its first batch of keys
   kPointBatchIn,   // and every key of that batch (list_chunks_ahead: the window of every chunk)
+  kPointScanned,   // and its lanes' offsets in the warp's share of that batch (warp_append_batch)
+  kPointClaimed,   // and the warp's share of sh.gathered (lane 0's shared atomic, then a shuffle)
   kPointAppended,  // and has appended that batch's keys at or above the bound to sh.gathered
   kPointNoiseDrawn,  // sorted: a warp with noise threads has drawn its keys' noise
   kPointMassesSummed,  // decided: warp 0 has the prefix's sums (two-warp route)
@@ -84,8 +86,9 @@ enum TimelineWarpPoint : int {
   kTimelineWarpPoints
 };
 constexpr const char* kTimelineWarpPointNames[kTimelineWarpPoints] = {
-    "statistics in", "maxima", "counted", "sums", "runs known", "first keys in",
-    "first batch in", "first batch appended", "noise drawn", "masses summed", "winners written"};
+    "statistics in", "maxima", "counted", "sums", "runs known", "first keys in", "first batch in",
+    "first batch scanned", "first batch claimed", "first batch appended", "noise drawn",
+    "masses summed", "winners written"};
 constexpr int kMergePoints = kPointNoiseDrawn;  // the merge phase's points come first
 constexpr int kTimelineWarpRows = kTimelineMarks + kTimelineWarpPoints;  // a warp's stamps: marks, then points
 constexpr int kTimelineWarpColumns = kTimelineWarpRows * kTimelineWarps;  // a block's row: [mark or point][warp]
