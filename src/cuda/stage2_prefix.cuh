@@ -89,6 +89,100 @@ __device__ __forceinline__ void tau_at_bin(const V* bins, V target, int extra, f
   }
 }
 
+// f(key, listed) over the row's candidates at or above the bound, whole warps at a time: from
+// sh.gathered where they fit (in_smem), else read again out of line (for_each_listed), so f captures
+// by copy what it reads.
+template <int Threads, class F>
+__device__ __forceinline__ void for_each_candidate(const RowJob& job, int32_t r, Stage2Shared<Threads>& sh, bool in_smem,
+                                                   int n_bound, const F& f) {
+  if (in_smem) {
+    const int tid = threadIdx.x;
+    for (int i = tid; i - (tid & 31) < n_bound; i += Threads) {
+      const bool have = i < n_bound;
+      f(have ? sh.gathered[i] : 0ull, have);
+    }
+  } else {
+    for_each_listed(job, r, sh, f);
+  }
+}
+
+// gather_prefix's histogram: a listed candidate into its bin below the row's maximum mx, counted, or
+// weighed by its mass exp((x - mx) / T) (to_base2 = log2(e) / T).
+template <int Threads>
+__device__ __forceinline__ void bin_candidate(Stage2Shared<Threads>& sh, unsigned long long key, bool by_mass, float mx,
+                                              float scale, float to_base2) {
+  const float x = detail::key_value(key);
+  const int b = bin_slot<Threads>(min(Threads - 1, static_cast<int>((mx - x) * scale)));
+  if (by_mass) atomicAdd(&sh.bins.mass[b], exp2f((x - mx) * to_base2));
+  else atomicAdd(&sh.bins.count[b], 1);
+}
+
+// gather_prefix's staged pass: a candidate's z key into sh.staged where it is listed and its z passes
+// zl and cut (whole warps call it: warp_append).
+template <int Threads>
+__device__ __forceinline__ void stage_candidate(Stage2Shared<Threads>& sh, unsigned long long key, bool listed, float T,
+                                                float zl, float cut, bool with_x) {
+  const float z = detail::apply_temperature(detail::key_value(key), T);
+  const unsigned long long zkey = detail::pack_key(z, detail::key_token(key));
+  const bool keep = listed && z > zl && !(z < cut);
+  warp_append(sh.staged, &sh.n, kGatherCap, zkey, keep, with_x ? sh.staged_x : nullptr, key);
+}
+
+// tau_at_bin's in every warp of a wide block at once (no barrier after it): the same bin, found
+// without the reaching lane's loop of branches (its running sums, formed in the same order, never
+// fall, so the first to reach the target is the count of those below it), its tau broadcast from
+// that lane.
+template <int Threads, class V>
+__device__ __forceinline__ float warp_tau_at_bin(const V* bins, V target, int extra, float mx, float xb, float scale) {
+  const int lane = threadIdx.x & 31;
+  constexpr int kPer = Threads / 32;
+  V c[kPer], own = 0;
+#pragma unroll
+  for (int q = 0; q < kPer; ++q) own += (c[q] = bins[bin_slot<Threads>(lane * kPer + q)]);
+  const V incl = warp_inclusive_sum(own);
+  const unsigned reach = __ballot_sync(0xFFFFFFFFu, incl >= target);
+  V cum = incl - own;
+  int below = 0;
+#pragma unroll
+  for (int q = 0; q < kPer; ++q) {
+    cum += c[q];
+    below += cum < target;
+  }
+  const int b = lane * kPer + min(below, kPer - 1);
+  const float t = fmaxf(mx - static_cast<float>(b + 1 + extra) / scale, xb);
+  const float at = __shfl_sync(0xFFFFFFFFu, t, reach ? __ffs(reach) - 1 : 0);
+  return reach ? at : xb;
+}
+
+// The same for mass bins, out of line: top-p-alone rows are rare, and inline its code lay between
+// the pass and the count route, which jumped 3 KB over it.
+template <int Threads>
+__device__ __noinline__ float warp_tau_at_mass_bin(const float* bins, float target, float mx, float xb, float scale) {
+  return warp_tau_at_bin<Threads>(bins, target, 1, mx, xb, scale);
+}
+
+// gather_prefix's tau in wide blocks: a histogram of the candidates at or above the bound, by count
+// (top-k rows) or by mass (top-p-alone rows), in bins that merge_row zeroed before the merge's
+// barrier; after the pass each warp finds tau itself (warp_tau_at_bin). The narrow blocks' route
+// (gather_prefix) zeroes the bins, and warp 0 finds tau for the others: three barriers where this
+// has one. The same tau either way.
+template <int Threads, class ForEach>
+__device__ __forceinline__ float binned_tau(const ForEach& for_each_candidate, bool by_mass, int32_t target_count,
+                                            float target_mass, float mx, float xb, float T, Stage2Shared<Threads>& sh) {
+  static_assert(kEarlyNoise<Threads>, "wide blocks only: the narrow ones' code stays as validated");
+  const float scale = static_cast<float>(Threads) / (mx - xb);
+  const float to_base2 = 1.4426950408889634f / T;
+  for_each_candidate([=, &sh](unsigned long long key, bool listed) {
+    if (listed) bin_candidate(sh, key, by_mass, mx, scale, to_base2);
+  });
+  timeline_warp_arrive(kMarkThreshold);
+  __syncthreads();
+  const float tau = by_mass ? warp_tau_at_mass_bin<Threads>(sh.bins.mass, target_mass, mx, xb, scale)
+                            : warp_tau_at_bin<Threads>(sh.bins.count, target_count, 0, mx, xb, scale);
+  timeline_stamp(kValueBinFound);
+  return tau;
+}
+
 // Whether the histogram's bins, (mx - xb) / threads wide, span several float steps of mx. Narrower
 // ones round tau onto or above tokens of the bin it names, which then leave the prefix (even the
 // maximum): the row went to the exact path where the bound alone would have settled it.
@@ -154,6 +248,39 @@ __device__ __noinline__ bool staged_short_of_mass(Stage2Shared<Threads>& sh, int
   return short_of_mass;
 }
 
+// Wide blocks' staged pass over candidates held in shared memory, at most two a thread (n_bound <=
+// 2 Threads: 740 at B = 1 and V = 151936): both of a thread's keys in one step, with one ballot pair
+// and one atomic a warp (warp_append_batch), where the general pass took a step a key, about 60
+// instructions each, and warps 0-7 two of them (perf-notes v3.66). Lanes past n_bound divide 0, not
+// an empty slot's NaN, which div_rn's check sends to its slow path.
+template <int Threads>
+__device__ __forceinline__ void stage_pair(Stage2Shared<Threads>& sh, int n_bound, float T, float zl, float cut) {
+  constexpr int kPer = 2;
+  unsigned long long zkey[kPer];
+  unsigned keep = 0;
+#pragma unroll
+  for (int b = 0; b < kPer; ++b) {
+    const int i = static_cast<int>(threadIdx.x) + b * Threads;
+    const bool have = i < n_bound;
+    const unsigned long long key = have ? sh.gathered[i] : 0ull;
+    const float z = detail::apply_temperature(have ? detail::key_value(key) : 0.0f, T);
+    zkey[b] = detail::pack_key(z, detail::key_token(key));
+    keep |= (have && z > zl && !(z < cut) ? 1u : 0u) << b;
+  }
+  warp_append_batch<kPer, AppendForm::kListing>(sh.staged, &sh.n, kGatherCap, zkey, keep);
+}
+
+// The general staged pass of wide blocks (candidates past shared memory, more than two a thread, or
+// x keys to keep), out of line: inline, stage_pair's path jumped over it to the barrier. A key at
+// or above the bound goes to sh.staged where its z passes zl and cut (gather_prefix's pass).
+template <int Threads>
+__device__ __noinline__ void stage_each_out_of_line(const RowJob& job, int32_t r, Stage2Shared<Threads>& sh, bool in_smem,
+                                                    int n_bound, float T, float zl, float cut, bool with_x) {
+  for_each_candidate(job, r, sh, in_smem, n_bound, [=, &sh](unsigned long long key, bool listed) {
+    stage_candidate(sh, key, listed, T, zl, cut, with_x);
+  });
+}
+
 // Gathers the row's sorted prefix into sh.sorted[0, sh.n) as z keys (z = x / T) and returns zl: every
 // token outside the prefix has z <= zl < every z inside. Every token outside the candidate list lies
 // below the row bound's value xb, so any tau >= xb gives a true prefix: the listed tokens with
@@ -196,16 +323,7 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
   // f(key, listed) over the candidates at or above the bound, whole warps at a time. Candidates
   // that sh.gathered cannot hold are read out of line (for_each_listed), so each f captures the
   // values it reads by copy.
-  auto for_each_candidate = [&](const auto& f) {
-    if (in_smem) {
-      for (int i = tid; i - (tid & 31) < n_bound; i += Threads) {
-        const bool have = i < n_bound;
-        f(have ? sh.gathered[i] : 0ull, have);
-      }
-    } else {
-      for_each_listed(job, r, sh, f);
-    }
-  };
+  auto for_each_candidate = [&](const auto& f) { sonic::cuda::for_each_candidate(job, r, sh, in_smem, n_bound, f); };
   const float xb = bound ? detail::key_value(bound) : -INFINITY;
   float tau = xb;
   // Top-k rows keep about want + kTopKSlack keys. Top-p-alone rows with many candidates keep the
@@ -215,18 +333,18 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
   // on average, escape 36 of 40 times on main and none with this cut).
   const bool by_count = want > 0 && n_bound > want + kTopKSlack + 64;
   const bool by_mass = !by_count && need_mass > 0.0 && n_bound > kMassCutMin;
-  if ((by_count || by_mass) && bound && mx < INFINITY && bins_resolve(mx, xb, Threads)) {
+  if constexpr (kEarlyNoise<Threads>) {
+    if ((by_count || by_mass) && bound && mx < INFINITY && bins_resolve(mx, xb, Threads))
+      tau = binned_tau<Threads>(for_each_candidate, by_mass, want + kTopKSlack, static_cast<float>(need_mass) * 1.001f,
+                                mx, xb, T, sh);
+  } else if ((by_count || by_mass) && bound && mx < INFINITY && bins_resolve(mx, xb, Threads)) {
     if (by_mass) sh.bins.mass[bin_slot<Threads>(tid)] = 0.0f;
     else sh.bins.count[bin_slot<Threads>(tid)] = 0;
     __syncthreads();
     const float scale = static_cast<float>(Threads) / (mx - xb);
     const float to_base2 = 1.4426950408889634f / T;
     for_each_candidate([=, &sh](unsigned long long key, bool listed) {
-      if (!listed) return;
-      const float x = detail::key_value(key);
-      const int b = bin_slot<Threads>(min(Threads - 1, static_cast<int>((mx - x) * scale)));
-      if (by_mass) atomicAdd(&sh.bins.mass[b], exp2f((x - mx) * to_base2));
-      else atomicAdd(&sh.bins.count[b], 1);
+      if (listed) bin_candidate(sh, key, by_mass, mx, scale, to_base2);
     });
     timeline_warp_arrive(kMarkThreshold);
     __syncthreads();
@@ -238,12 +356,14 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
   }
   timeline_mark(kMarkThreshold);
   const float zl = tau > -INFINITY ? detail::apply_temperature(tau, T) : -INFINITY;
-  for_each_candidate([=, &sh](unsigned long long key, bool listed) {
-    const float z = detail::apply_temperature(detail::key_value(key), T);
-    const unsigned long long zkey = detail::pack_key(z, detail::key_token(key));
-    const bool keep = listed && z > zl && !(z < cut);
-    warp_append(sh.staged, &sh.n, kGatherCap, zkey, keep, with_x ? sh.staged_x : nullptr, key);
-  });
+  if constexpr (kEarlyNoise<Threads>) {
+    if (in_smem && !with_x && n_bound <= 2 * Threads) stage_pair(sh, n_bound, T, zl, cut);
+    else stage_each_out_of_line(job, r, sh, in_smem, n_bound, T, zl, cut, with_x);
+  } else {
+    for_each_candidate([=, &sh](unsigned long long key, bool listed) {
+      stage_candidate(sh, key, listed, T, zl, cut, with_x);
+    });
+  }
   timeline_warp_arrive(kMarkStaged);
   __syncthreads();
   timeline_mark(kMarkStaged);
