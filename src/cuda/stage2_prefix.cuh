@@ -57,6 +57,20 @@ __device__ __forceinline__ double key_mass(unsigned long long zkey, float zm) {
   return exp(static_cast<double>(detail::key_value(zkey)) - static_cast<double>(zm));
 }
 
+// A lane's run of Threads / 32 bins (lane * Threads / 32 on, at bin_slot) into c, their total in
+// own and the warp's inclusive sum of the totals in incl; returns the lanes whose incl reaches
+// target (every lane of the warp calls it).
+template <int Threads, class V>
+__device__ __forceinline__ unsigned lane_bin_run(const V* bins, V target, int lane, V (&c)[Threads / 32], V& own,
+                                                 V& incl) {
+  constexpr int kPer = Threads / 32;
+  own = 0;
+#pragma unroll
+  for (int q = 0; q < kPer; ++q) own += (c[q] = bins[bin_slot<Threads>(lane * kPer + q)]);
+  incl = warp_inclusive_sum(own);
+  return __ballot_sync(0xFFFFFFFFu, incl >= target);
+}
+
 // Warp 0 (the whole block calls it): the first of Threads bins (bin b at bins[bin_slot(b)]) whose
 // cumulative sum from bin 0 reaches target, b, gives *tau = mx - (b + 1 + extra) / scale, at least
 // xb; with no such bin, *tau = xb. (A lane's total reaches the target where its bins' running sum,
@@ -67,11 +81,8 @@ __device__ __forceinline__ void tau_at_bin(const V* bins, V target, int extra, f
   const int lane = threadIdx.x;
   if (lane >= 32) return;
   constexpr int kPer = Threads / 32;
-  V c[kPer], own = 0;
-#pragma unroll
-  for (int q = 0; q < kPer; ++q) own += (c[q] = bins[bin_slot<Threads>(lane * kPer + q)]);
-  const V incl = warp_inclusive_sum(own);
-  const unsigned reach = __ballot_sync(0xFFFFFFFFu, incl >= target);
+  V c[kPer], own, incl;
+  const unsigned reach = lane_bin_run<Threads>(bins, target, lane, c, own, incl);
   if (!reach) {
     if (lane == 0) *tau = xb;
   } else if (lane == __ffs(reach) - 1) {
@@ -136,11 +147,8 @@ template <int Threads, class V>
 __device__ __forceinline__ float warp_tau_at_bin(const V* bins, V target, int extra, float mx, float xb, float scale) {
   const int lane = threadIdx.x & 31;
   constexpr int kPer = Threads / 32;
-  V c[kPer], own = 0;
-#pragma unroll
-  for (int q = 0; q < kPer; ++q) own += (c[q] = bins[bin_slot<Threads>(lane * kPer + q)]);
-  const V incl = warp_inclusive_sum(own);
-  const unsigned reach = __ballot_sync(0xFFFFFFFFu, incl >= target);
+  V c[kPer], own, incl;
+  const unsigned reach = lane_bin_run<Threads>(bins, target, lane, c, own, incl);
   V cum = incl - own;
   int below = 0;
 #pragma unroll
@@ -161,6 +169,22 @@ __device__ __noinline__ float warp_tau_at_mass_bin(const float* bins, float targ
   return warp_tau_at_bin<Threads>(bins, target, 1, mx, xb, scale);
 }
 
+// The histogram's pass (both block widths): each candidate at or above the bound counted, or its
+// mass added, in its bin of distance below mx (Threads bins over [xb, mx], zeroed before), then the
+// block's barrier. Returns the bins' scale, for the search that follows.
+template <int Threads, class ForEach>
+__device__ __forceinline__ float bin_listed_candidates(const ForEach& for_each_candidate, bool by_mass, float mx, float xb,
+                                                       float T, Stage2Shared<Threads>& sh) {
+  const float scale = static_cast<float>(Threads) / (mx - xb);
+  const float to_base2 = 1.4426950408889634f / T;
+  for_each_candidate([=, &sh](unsigned long long key, bool listed) {
+    if (listed) bin_candidate(sh, key, by_mass, mx, scale, to_base2);
+  });
+  timeline_warp_arrive(kMarkThreshold);
+  __syncthreads();
+  return scale;
+}
+
 // gather_prefix's tau in wide blocks: a histogram of the candidates at or above the bound, by count
 // (top-k rows) or by mass (top-p-alone rows), in bins that merge_row zeroed before the merge's
 // barrier; after the pass each warp finds tau itself (warp_tau_at_bin). The narrow blocks' route
@@ -170,13 +194,7 @@ template <int Threads, class ForEach>
 __device__ __forceinline__ float binned_tau(const ForEach& for_each_candidate, bool by_mass, int32_t target_count,
                                             float target_mass, float mx, float xb, float T, Stage2Shared<Threads>& sh) {
   static_assert(kEarlyNoise<Threads>, "wide blocks only: the narrow ones' code stays as validated");
-  const float scale = static_cast<float>(Threads) / (mx - xb);
-  const float to_base2 = 1.4426950408889634f / T;
-  for_each_candidate([=, &sh](unsigned long long key, bool listed) {
-    if (listed) bin_candidate(sh, key, by_mass, mx, scale, to_base2);
-  });
-  timeline_warp_arrive(kMarkThreshold);
-  __syncthreads();
+  const float scale = bin_listed_candidates<Threads>(for_each_candidate, by_mass, mx, xb, T, sh);
   const float tau = by_mass ? warp_tau_at_mass_bin<Threads>(sh.bins.mass, target_mass, mx, xb, scale)
                             : warp_tau_at_bin<Threads>(sh.bins.count, target_count, 0, mx, xb, scale);
   timeline_stamp(kValueBinFound);
@@ -341,13 +359,7 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
     if (by_mass) sh.bins.mass[bin_slot<Threads>(tid)] = 0.0f;
     else sh.bins.count[bin_slot<Threads>(tid)] = 0;
     __syncthreads();
-    const float scale = static_cast<float>(Threads) / (mx - xb);
-    const float to_base2 = 1.4426950408889634f / T;
-    for_each_candidate([=, &sh](unsigned long long key, bool listed) {
-      if (listed) bin_candidate(sh, key, by_mass, mx, scale, to_base2);
-    });
-    timeline_warp_arrive(kMarkThreshold);
-    __syncthreads();
+    const float scale = bin_listed_candidates<Threads>(for_each_candidate, by_mass, mx, xb, T, sh);
     if (by_mass) tau_at_bin<Threads>(sh.bins.mass, static_cast<float>(need_mass) * 1.001f, 1, mx, xb, scale, &sh.tau);
     else tau_at_bin<Threads>(sh.bins.count, want + kTopKSlack, 0, mx, xb, scale, &sh.tau);
     timeline_stamp(kValueBinFound);
