@@ -349,7 +349,9 @@ template <int Threads>
 __device__ __forceinline__ void merge_row(const RowJob& job, int32_t r, const RowKind& k, Stage2Shared<Threads>& sh) {
   if constexpr (Threads > kFastThreads) {
     if (threadIdx.x == 0) sh.n_bound = 0;
-    sh.bins.count[bin_slot<Threads>(threadIdx.x)] = 0;  // gather_prefix's histogram, zeroed before its pass
+    // gather_prefix's histogram (binned_tau), zeroed here so that its pass needs no barrier before it:
+    // one store a thread in every row, histogram or not; zero bits are 0.0f for the mass bins too.
+    sh.bins.count[bin_slot<Threads>(threadIdx.x)] = 0;
     __syncthreads();
     // Rows of two or three chunks a listing warp (38 at B <= 8, V = 151936) load each chunk's
     // first 64 keys with its count (list_chunks_ahead): -0.4 to -0.7 us there (v3.44). Rows of

@@ -338,9 +338,7 @@ __device__ float gather_prefix(const RowJob& job, int32_t r, float mx, float T, 
   timeline_value(kValueCandidates, sh.n_all);
   timeline_value(kValueAtBound, n_bound);
   const bool in_smem = n_bound <= kBoundCap;
-  // f(key, listed) over the candidates at or above the bound, whole warps at a time. Candidates
-  // that sh.gathered cannot hold are read out of line (for_each_listed), so each f captures the
-  // values it reads by copy.
+  // for_each_candidate bound to this row (f captures by copy what it reads: see there).
   auto for_each_candidate = [&](const auto& f) { sonic::cuda::for_each_candidate(job, r, sh, in_smem, n_bound, f); };
   const float xb = bound ? detail::key_value(bound) : -INFINITY;
   float tau = xb;
